@@ -1,0 +1,1 @@
+"""threadbot: every Slack thread a Claude agent session."""

@@ -1,0 +1,1 @@
+"""The turn loop: model ⇄ tools, injections, yield strategies. It knows no Slack."""

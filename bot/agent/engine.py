@@ -1,0 +1,198 @@
+"""Sessions and their turns: one turn at a time per session, everything else is an injection.
+
+This is the engine's front door for every edge and for the scheduler: a message
+starts a turn or joins the running one, a cancel stops it, a wake-up comes back
+as a new turn or a note, and a background call that finishes while the session
+is idle starts a turn of its own so the agent can react.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from bot.agent import protocol
+from bot.agent.injections import Injections
+from bot.agent.toolbox import Toolbox
+from bot.agent.turn import TurnRequest, TurnRunner
+from bot.calls.models import JSON, ToolCall
+from bot.calls.registry import CallRegistry, CancelResult
+from bot.store import Store
+from bot.types import TurnOutcome
+
+log = logging.getLogger(__name__)
+
+
+class Delivery(StrEnum):
+    STARTED = "started"
+    INJECTED = "injected"
+    REFUSED = "refused"
+
+
+@dataclass(slots=True)
+class _Session:
+    injections: Injections
+    task: asyncio.Task[TurnOutcome] | None = None
+    request: TurnRequest | None = None
+    outcomes: list[TurnOutcome] = field(default_factory=list)
+
+
+class Engine:
+    def __init__(
+        self, *, runner: TurnRunner, registry: CallRegistry, store: Store, max_injections_per_turn: int
+    ) -> None:
+        self._runner = runner
+        self._registry = registry
+        self._store = store
+        self._max_injections = max_injections_per_turn
+        self._sessions: dict[str, _Session] = {}
+        self._accepting = True
+        self._checks: set[asyncio.Task[None]] = set()
+        registry.subscribe(self._on_call_changed)
+
+    # -- what edges and the scheduler call ------------------------------------------------
+
+    def is_busy(self, session_key: str) -> bool:
+        session = self._sessions.get(session_key)
+        return session is not None and session.task is not None and not session.task.done()
+
+    def submit(
+        self,
+        session_key: str,
+        content: str | list[dict[str, JSON]],
+        *,
+        stop_at_first_wait: bool = False,
+        toolbox: Toolbox | None = None,
+    ) -> Delivery:
+        """Start a turn with `content`, or inject it into the turn already running."""
+        if not self._accepting:
+            return Delivery.REFUSED
+        if self.is_busy(session_key):
+            self._session(session_key).injections.put(_plain_text(content))
+            return Delivery.INJECTED
+        blocks = [protocol.text_block(content)] if isinstance(content, str) else content
+        self._start(session_key, blocks, stop_at_first_wait=stop_at_first_wait, toolbox=toolbox)
+        return Delivery.STARTED
+
+    async def run_turn(
+        self, session_key: str, content: str | list[dict[str, JSON]], *, stop_at_first_wait: bool = False
+    ) -> TurnOutcome | None:
+        """Submit and wait for that turn's outcome; None if the text was injected into a running turn."""
+        if self.submit(session_key, content, stop_at_first_wait=stop_at_first_wait) is not Delivery.STARTED:
+            return None
+        task = self._sessions[session_key].task
+        assert task is not None
+        return await task
+
+    def inject(self, session_key: str, text: str) -> bool:
+        """Queue a mid-turn note; False when no turn is running to take it."""
+        if not self.is_busy(session_key):
+            return False
+        self._session(session_key).injections.put(text)
+        return True
+
+    async def cancel_turn(self, session_key: str, *, by: str) -> list[CancelResult]:
+        """Stop the running turn and every call of the session."""
+        session = self._sessions.get(session_key)
+        if session is not None and session.request is not None and self.is_busy(session_key):
+            session.request.cancelled_by = by
+            session.request.cancelled.set()
+        return await self._registry.cancel_session(session_key, by=by)
+
+    async def cancel_calls(self, session_key: str, *, by: str) -> list[CancelResult]:
+        """Stop the session's calls but let the turn go on; the model is told they were cancelled."""
+        return await self._registry.cancel_session(session_key, by=by)
+
+    async def settle(self, session_key: str) -> list[TurnOutcome]:
+        """Wait until the session has no turn, no open call and no undelivered result; return its outcomes."""
+        session = self._session(session_key)
+        while True:
+            if session.task is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(session.task)
+                if session.task.done():
+                    session.task = None
+                continue
+            open_calls = self._registry.open_calls(session_key)
+            if open_calls:
+                await asyncio.gather(*(self._registry.wait_final(call.id) for call in open_calls))
+                continue
+            if await self._store.undelivered_calls(session_key) and self._accepting:
+                self._start(session_key, [])
+                continue
+            return session.outcomes
+
+    async def shutdown(self, grace_s: float) -> None:
+        """Stop taking work, let running turns finish for `grace_s`, then cancel them."""
+        self._accepting = False
+        tasks = [s.task for s in self._sessions.values() if s.task is not None and not s.task.done()]
+        if tasks:
+            _, still_running = await asyncio.wait(tasks, timeout=grace_s)
+            for key, session in self._sessions.items():
+                if session.task in still_running:
+                    await self.cancel_turn(key, by="shutdown")
+            await asyncio.wait(tasks, timeout=grace_s)
+        for check in list(self._checks):
+            check.cancel()
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _session(self, session_key: str) -> _Session:
+        session = self._sessions.get(session_key)
+        if session is None:
+            session = self._sessions[session_key] = _Session(Injections(self._max_injections))
+        return session
+
+    def _start(
+        self,
+        session_key: str,
+        blocks: list[dict[str, JSON]],
+        *,
+        stop_at_first_wait: bool = False,
+        toolbox: Toolbox | None = None,
+    ) -> None:
+        session = self._session(session_key)
+        request = TurnRequest(
+            session_key, blocks, session.injections, stop_at_first_wait=stop_at_first_wait, toolbox=toolbox
+        )
+        session.request = request
+        session.task = asyncio.create_task(self._runner.run(request), name=f"turn:{session_key}")
+        session.task.add_done_callback(lambda task: self._turn_done(session_key, task))
+
+    def _turn_done(self, session_key: str, task: asyncio.Task[TurnOutcome]) -> None:
+        session = self._sessions[session_key]
+        if task.cancelled():
+            return
+        if (error := task.exception()) is not None:
+            log.error("turn in %s crashed", session_key, exc_info=error)
+            return
+        session.outcomes.append(task.result())
+        if not task.result().pending_call_ids or session.injections.ready:
+            self._check_soon(session_key)
+
+    def _on_call_changed(self, call: ToolCall) -> None:
+        if call.is_final and not call.delivered and not self.is_busy(call.session_key):
+            self._check_soon(call.session_key)
+
+    def _check_soon(self, session_key: str) -> None:
+        check = asyncio.create_task(self._deliver_if_idle(session_key))
+        self._checks.add(check)
+        check.add_done_callback(self._checks.discard)
+
+    async def _deliver_if_idle(self, session_key: str) -> None:
+        """A result that outlived its turn, or a note left after the fuse, starts a turn of its own."""
+        if not self._accepting or self.is_busy(session_key):
+            return
+        session = self._session(session_key)
+        has_news = session.injections.ready or bool(await self._store.undelivered_calls(session_key))
+        if has_news and not self.is_busy(session_key):
+            self._start(session_key, [])
+
+
+def _plain_text(content: str | list[dict[str, JSON]]) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(block.get("text", "") for block in content if block.get("type") == "text")

@@ -1,0 +1,44 @@
+"""Per-session injection queue: what people say while a turn runs.
+
+The edge puts lines in; the turn loop is woken by `arrived` and drains them.
+The per-turn fuse stops a producer that never pauses from keeping a turn alive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+
+class Injections:
+    def __init__(self, max_per_turn: int) -> None:
+        self._lines: list[str] = []
+        self._max_per_turn = max_per_turn
+        self._taken_this_turn = 0
+        self.arrived = asyncio.Event()
+
+    def put(self, line: str) -> None:
+        if line.strip():
+            self._lines.append(line.strip())
+            self.arrived.set()
+
+    def drain(self) -> list[str]:
+        """Take what is queued, up to what the fuse still allows this turn; the rest waits for the next turn."""
+        room = max(0, self._max_per_turn - self._taken_this_turn)
+        taken, self._lines = self._lines[:room], self._lines[room:]
+        self._taken_this_turn += len(taken)
+        self.arrived.clear()
+        return taken
+
+    @property
+    def ready(self) -> bool:
+        """Lines are waiting and the fuse still lets them in this turn."""
+        return bool(self._lines) and not self.fuse_blown
+
+    @property
+    def fuse_blown(self) -> bool:
+        return self._taken_this_turn >= self._max_per_turn
+
+    def new_turn(self) -> None:
+        self._taken_this_turn = 0
+        if self._lines:
+            self.arrived.set()

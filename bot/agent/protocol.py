@@ -1,0 +1,115 @@
+"""Keeping the conversation valid for the Messages API.
+
+The API rejects a history where a `tool_use` lacks its `tool_result` in the very
+next user message, where results do not come first, or where two user messages
+sit side by side. Everything that writes user content goes through here.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+from bot.calls.models import JSON, CallStatus, ToolCall
+from bot.types import Message
+
+INJECTION_PREFIX = "[mid-turn user note]"
+RUNNING_MESSAGE = (
+    "Still running in the background. Its result will arrive in a later message; "
+    "use get_tool_call_status to check on it or wait for it, or cancel_tool_call to stop it."
+)
+
+
+def truncate(text: str, max_chars: int) -> str:
+    if len(text) <= max_chars:
+        return text
+    return f"{text[:max_chars]}\n[truncated: {len(text) - max_chars} more characters not shown]"
+
+
+def render_result(value: JSON) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def call_outcome_text(call: ToolCall) -> str:
+    """What the model reads for a final call."""
+    if call.status is CallStatus.COMPLETED:
+        return render_result(call.result)
+    if call.status is CallStatus.CANCELLED:
+        return f"cancelled by {call.cancelled_by}" if call.cancelled_by else "cancelled"
+    if call.status is CallStatus.ORPHANED:
+        return "orphaned: the process running this call stopped before it finished; it did not complete"
+    return f"error: {call.error}"
+
+
+def tool_result_block(call: ToolCall, max_chars: int) -> dict[str, JSON]:
+    if not call.is_final:
+        placeholder = {"status": call.status.value, "tool_call_id": call.id, "message": RUNNING_MESSAGE}
+        return {"type": "tool_result", "tool_use_id": call.id, "content": json.dumps(placeholder)}
+    block: dict[str, JSON] = {
+        "type": "tool_result",
+        "tool_use_id": call.id,
+        "content": truncate(call_outcome_text(call), max_chars),
+    }
+    if call.status is not CallStatus.COMPLETED:
+        block["is_error"] = True
+    return block
+
+
+def late_result_note(call: ToolCall, max_chars: int) -> str:
+    """The labelled note that delivers a background call's result once, after a yield."""
+    header = f"[background tool result] {call.tool_name} (tool_call_id {call.id}) finished: {call.status.value}"
+    return f"{header}\n{truncate(call_outcome_text(call), max_chars)}"
+
+
+def text_block(text: str) -> dict[str, JSON]:
+    return {"type": "text", "text": text}
+
+
+def injection_blocks(lines: list[str]) -> list[dict[str, JSON]]:
+    return [text_block(f"{INJECTION_PREFIX} {line}") for line in lines]
+
+
+def append_user(messages: list[Message], blocks: list[dict[str, JSON]]) -> Message:
+    """Add user content, merging into a trailing user message so roles keep alternating.
+
+    Tool results stay in front of any text, as the API requires.
+    """
+    if messages and messages[-1]["role"] == "user":
+        last = messages[-1]
+        existing = _as_blocks(last["content"])
+        results = [b for b in existing + blocks if b.get("type") == "tool_result"]
+        others = [b for b in existing + blocks if b.get("type") != "tool_result"]
+        last["content"] = results + others
+        return last
+    message: Message = {"role": "user", "content": list(blocks)}
+    messages.append(message)
+    return message
+
+
+def _as_blocks(content: str | list[dict[str, JSON]]) -> list[dict[str, JSON]]:
+    return [text_block(content)] if isinstance(content, str) else list(content)
+
+
+def normalise_tool_uses(content: list[dict[str, JSON]]) -> list[str]:
+    """Give every tool_use an id and an object input, so a malformed one can still be answered.
+
+    Returns a problem description per block id for blocks that had to be fixed.
+    """
+    problems: list[str] = []
+    for block in content:
+        if block.get("type") != "tool_use":
+            continue
+        if not block.get("id"):
+            block["id"] = f"toolu_missing_{uuid.uuid4().hex[:16]}"
+            problems.append(block["id"])
+        if not isinstance(block.get("input"), dict):
+            block["input"] = {}
+            problems.append(block["id"])
+    return problems
+
+
+def unanswered_tool_uses(messages: list[Message]) -> list[str]:
+    """Ids of tool_use blocks in a trailing assistant message that never got results (a crash mid-turn)."""
+    if not messages or messages[-1]["role"] != "assistant" or isinstance(messages[-1]["content"], str):
+        return []
+    return [block["id"] for block in messages[-1]["content"] if block.get("type") == "tool_use"]

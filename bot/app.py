@@ -1,0 +1,109 @@
+"""Wiring: the one place where the parts are built and joined, and torn down in reverse.
+
+Every edge (Slack, console, oneshot) opens the same `Core` with itself as the
+engine's output. `open_core` is the lifespan: it owns the store, the registry,
+the scheduler and the model client, and closes them even when start-up fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import anthropic
+
+from bot.agent.engine import Engine
+from bot.agent.prompt import system_prompt
+from bot.agent.toolbox import Toolbox
+from bot.agent.turn import TurnRunner, TurnSettings
+from bot.calls.registry import CallRegistry
+from bot.calls.system_tools import system_tools
+from bot.config import Settings
+from bot.model.anthropic import AnthropicProvider
+from bot.store import Store
+from bot.types import EngineOutput, Provider
+from tools import builtin_tools
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_GRACE_S = 5.0
+
+
+@dataclass(slots=True)
+class Core:
+    settings: Settings
+    store: Store
+    registry: CallRegistry
+    toolbox: Toolbox
+    engine: Engine
+    provider: Provider
+
+
+def anthropic_provider(settings: Settings, *, max_retries: int = 2) -> AnthropicProvider:
+    """The model client; `ANTHROPIC_API_KEY` and `ANTHROPIC_BASE_URL` are read by the SDK itself."""
+    client = anthropic.AsyncAnthropic(max_retries=max_retries)
+    return AnthropicProvider(model=settings.bot_model, max_tokens=settings.bot_max_tokens, client=client)
+
+
+@contextlib.asynccontextmanager
+async def open_core(
+    settings: Settings,
+    output: EngineOutput,
+    *,
+    provider: Provider | None = None,
+    prompt_extra: str = "",
+    abandon_on_exit: bool = False,
+) -> AsyncIterator[Core]:
+    """Build the engine around `output`; on exit stop turns and calls, then close the store.
+
+    With `abandon_on_exit` (oneshot) calls still running are left `orphaned` instead
+    of being waited for: the process is going away without finishing them.
+    """
+    async with contextlib.AsyncExitStack() as stack:
+        store = await Store.open(settings.db_path)
+        stack.push_async_callback(store.close)
+        if provider is None:
+            model = anthropic_provider(settings)
+            stack.push_async_callback(model.close)
+            provider = model
+        registry = CallRegistry(
+            store=store,
+            work_dir=settings.bot_data_dir / "work",
+            max_concurrent=settings.bot_max_concurrent_tools,
+            max_per_session=settings.bot_max_concurrent_tools_per_session,
+            default_timeout_s=settings.bot_tool_timeout_s,
+        )
+        await registry.recover()
+        registry.subscribe(output.call_changed)
+        toolbox = Toolbox(builtin_tools(enable_shell=settings.bot_enable_shell))
+        for item in system_tools(registry, wait_max_s=settings.bot_status_wait_max_s):
+            toolbox.add(item)
+        runner = TurnRunner(
+            provider=provider,
+            registry=registry,
+            store=store,
+            toolbox=toolbox,
+            output=output,
+            settings=TurnSettings(
+                max_iterations=settings.bot_max_iterations,
+                tool_result_max_chars=settings.bot_tool_result_max_chars,
+                yield_strategy=settings.bot_yield_strategy,
+                yield_on_injection=settings.bot_yield_on_injection,
+            ),
+            system_prompt=lambda session_key: system_prompt(settings.zone, prompt_extra),
+        )
+        engine = Engine(
+            runner=runner, registry=registry, store=store, max_injections_per_turn=settings.bot_max_injections_per_turn
+        )
+        core = Core(settings, store, registry, toolbox, engine, provider)
+        try:
+            yield core
+        finally:
+            if abandon_on_exit:
+                await registry.abandon()
+                await engine.shutdown(grace_s=0)
+            else:
+                await engine.shutdown(grace_s=SHUTDOWN_GRACE_S)
+                await registry.shutdown(grace_s=SHUTDOWN_GRACE_S)

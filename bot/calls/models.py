@@ -1,0 +1,179 @@
+"""The tool-call entity and its lifecycle.
+
+A call moves `pending → running → completed | failed | cancelled`; `orphaned` is
+given at start-up to calls a previous process left unfinished. Final states are
+never left again: `ToolCall.transition` refuses, and the store refuses too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+JSON = Any
+
+PROGRESS_LOG_LIMIT = 200
+PROGRESS_PAYLOAD_MAX_CHARS = 2_000
+
+
+class CallStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    ORPHANED = "orphaned"
+
+    @property
+    def is_final(self) -> bool:
+        return self not in (CallStatus.PENDING, CallStatus.RUNNING)
+
+
+class ProgressKind(StrEnum):
+    STARTED = "started"
+    LOG = "log"
+    PARTIAL = "partial"
+    HEARTBEAT = "heartbeat"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment else None
+
+
+def _parse(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text) if text else None
+
+
+@dataclass(slots=True)
+class ProgressEntry:
+    at: datetime
+    kind: ProgressKind
+    payload: JSON
+
+    def to_json(self) -> dict[str, JSON]:
+        return {"at": self.at.isoformat(), "kind": self.kind.value, "payload": self.payload}
+
+    @classmethod
+    def from_json(cls, data: dict[str, JSON]) -> ProgressEntry:
+        return cls(datetime.fromisoformat(data["at"]), ProgressKind(data["kind"]), data["payload"])
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """One call of one tool, keyed by the model's own `tool_use` id."""
+
+    id: str
+    session_key: str
+    turn_id: str
+    tool_name: str
+    input: dict[str, JSON]
+    parent_id: str | None = None
+    status: CallStatus = CallStatus.PENDING
+    created_at: datetime = field(default_factory=utcnow)
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    result: JSON = None
+    error: str | None = None
+    timed_out: bool = False
+    cancelled_by: str | None = None
+    delivered: bool = False
+    progress: list[ProgressEntry] = field(default_factory=list)
+
+    @property
+    def is_final(self) -> bool:
+        return self.status.is_final
+
+    def transition(self, status: CallStatus) -> bool:
+        """Move to `status` if the lifecycle allows it; a final state is never left."""
+        if self.status.is_final or status == self.status:
+            return False
+        if status is CallStatus.RUNNING and self.status is not CallStatus.PENDING:
+            return False
+        self.status = status
+        now = utcnow()
+        if status is CallStatus.RUNNING:
+            self.started_at = now
+        elif status.is_final:
+            self.completed_at = now
+        return True
+
+    def add_progress(self, kind: ProgressKind, payload: JSON) -> ProgressEntry:
+        """Append a progress entry, keeping only the newest `PROGRESS_LOG_LIMIT` and capping big payloads."""
+        if isinstance(payload, str) and len(payload) > PROGRESS_PAYLOAD_MAX_CHARS:
+            payload = payload[:PROGRESS_PAYLOAD_MAX_CHARS] + "…"
+        entry = ProgressEntry(utcnow(), kind, payload)
+        self.progress.append(entry)
+        if len(self.progress) > PROGRESS_LOG_LIMIT:
+            del self.progress[: len(self.progress) - PROGRESS_LOG_LIMIT]
+        return entry
+
+    @property
+    def elapsed_s(self) -> float | None:
+        if self.started_at is None:
+            return None
+        return ((self.completed_at or utcnow()) - self.started_at).total_seconds()
+
+    def status_view(self, *, include_progress: bool = True) -> dict[str, JSON]:
+        """The shape `get_tool_call_status` returns to the model."""
+        view: dict[str, JSON] = {
+            "tool_call_id": self.id,
+            "status": self.status.value,
+            "tool_name": self.tool_name,
+            "started_at": _iso(self.started_at),
+            "completed_at": _iso(self.completed_at),
+            "result": self.result if self.status is CallStatus.COMPLETED else None,
+            "is_final": self.is_final,
+        }
+        if self.error:
+            view["error"] = self.error
+        if include_progress:
+            view["progress"] = [entry.to_json() for entry in self.progress]
+        return view
+
+    def to_record(self) -> dict[str, JSON]:
+        """Everything the store keeps, as JSON-friendly values."""
+        return {
+            "id": self.id,
+            "session_key": self.session_key,
+            "turn_id": self.turn_id,
+            "tool_name": self.tool_name,
+            "input": self.input,
+            "parent_id": self.parent_id,
+            "status": self.status.value,
+            "created_at": _iso(self.created_at),
+            "started_at": _iso(self.started_at),
+            "completed_at": _iso(self.completed_at),
+            "result": self.result,
+            "error": self.error,
+            "timed_out": self.timed_out,
+            "cancelled_by": self.cancelled_by,
+            "delivered": self.delivered,
+            "progress": [entry.to_json() for entry in self.progress],
+        }
+
+    @classmethod
+    def from_record(cls, data: dict[str, JSON]) -> ToolCall:
+        return cls(
+            id=data["id"],
+            session_key=data["session_key"],
+            turn_id=data["turn_id"],
+            tool_name=data["tool_name"],
+            input=data["input"],
+            parent_id=data["parent_id"],
+            status=CallStatus(data["status"]),
+            created_at=_parse(data["created_at"]) or utcnow(),
+            started_at=_parse(data["started_at"]),
+            completed_at=_parse(data["completed_at"]),
+            result=data["result"],
+            error=data["error"],
+            timed_out=bool(data["timed_out"]),
+            cancelled_by=data["cancelled_by"],
+            delivered=bool(data["delivered"]),
+            progress=[ProgressEntry.from_json(item) for item in data["progress"]],
+        )

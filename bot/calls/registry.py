@@ -1,0 +1,344 @@
+"""The process-wide tool-call registry: it runs calls, caps them, cancels them, and tells everyone.
+
+One registry per process (a per-turn one would lose the concurrency cap and the
+cancel table). Every change is written through to the store and published to
+listeners; waiters are woken by per-call events, never by polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bot.calls.models import JSON, CallStatus, ProgressKind, ToolCall
+from bot.store import Store
+from bot.types import CallListener
+from tools.base import Tool, ToolContext, ToolError
+
+log = logging.getLogger(__name__)
+
+PROGRESS_FLUSH_S = 0.5
+KEEP_FINAL_IN_MEMORY = 5_000
+CANCEL_WAIT_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class CancelResult:
+    tool_call_id: str
+    cancelled: bool
+    previous_status: CallStatus
+
+    def to_json(self) -> dict[str, JSON]:
+        return {"tool_call_id": self.tool_call_id, "cancelled": self.cancelled, "previous_status": self.previous_status}
+
+
+class CallRegistry:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        work_dir: Path,
+        max_concurrent: int,
+        max_per_session: int,
+        default_timeout_s: float,
+    ) -> None:
+        self._store = store
+        self._work_dir = work_dir
+        self._global_slots = asyncio.Semaphore(max_concurrent)
+        self._max_per_session = max_per_session
+        self._session_slots: dict[str, asyncio.Semaphore] = {}
+        self._default_timeout_s = default_timeout_s
+        self._calls: OrderedDict[str, ToolCall] = OrderedDict()
+        self._open_by_session: dict[str, set[str]] = {}
+        self._done: dict[str, asyncio.Event] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._contexts: dict[str, ToolContext] = {}
+        self._flush_pending: set[str] = set()
+        self._listeners: list[CallListener] = []
+        self._abandoning = False
+
+    def subscribe(self, listener: CallListener) -> None:
+        self._listeners.append(listener)
+
+    async def recover(self) -> list[ToolCall]:
+        """Mark calls a previous process left unfinished as `orphaned`; call once at start."""
+        orphans = await self._store.orphan_open_calls()
+        if orphans:
+            log.info("marked %d unfinished tool calls from a previous run as orphaned", len(orphans))
+        return orphans
+
+    # -- creating and running -------------------------------------------------------------
+
+    async def submit(
+        self,
+        *,
+        call_id: str,
+        session_key: str,
+        turn_id: str,
+        tool_name: str,
+        tool_input: dict[str, JSON],
+        tool: Tool | None,
+        error: str | None = None,
+        parent_id: str | None = None,
+    ) -> ToolCall:
+        """Register a call and start it in the background; with `error` it is failed at once."""
+        call = ToolCall(call_id, session_key, turn_id, tool_name, tool_input, parent_id=parent_id)
+        self._remember(call)
+        if error is not None or tool is None:
+            call.transition(CallStatus.FAILED)
+            call.error = error or f"unknown tool {tool_name!r}"
+            await self._store.save_call(call)
+            self._finalised(call)
+            return call
+        self._open_by_session.setdefault(session_key, set()).add(call_id)
+        self._done[call_id] = asyncio.Event()
+        await self._store.save_call(call)
+        self._publish(call)
+        self._tasks[call_id] = asyncio.create_task(self._run(call, tool), name=f"tool:{tool_name}:{call_id}")
+        return call
+
+    async def _run(self, call: ToolCall, tool: Tool) -> None:
+        loop = asyncio.get_running_loop()
+        ctx = ToolContext(
+            call.id, call.session_key, self._work_dir, lambda kind, payload: self._progress(call, kind, payload), loop
+        )
+        self._contexts[call.id] = ctx
+        timeout_s = tool.timeout_s or self._default_timeout_s
+        try:
+            async with self._slot(call.session_key, tool.uses_slot):
+                call.transition(CallStatus.RUNNING)
+                call.add_progress(ProgressKind.STARTED, {"tool": call.tool_name})
+                await self._save_and_publish(call)
+                async with asyncio.timeout(timeout_s) as deadline:
+                    result = await self._invoke(tool, call.input, ctx)
+            await self._finish(call, CallStatus.COMPLETED, result=result)
+        except asyncio.CancelledError:
+            ctx.cancelled.set()
+            if self._abandoning:
+                call.error = "the process that ran this call exited before it finished"
+            await self._finish(call, CallStatus.ORPHANED if self._abandoning else CallStatus.CANCELLED)
+            raise
+        except TimeoutError:
+            if not deadline.expired():
+                await self._finish(call, CallStatus.FAILED, error="TimeoutError raised by the tool")
+                return
+            ctx.cancelled.set()
+            await self._finish(call, CallStatus.FAILED, error=f"timed out after {timeout_s:g}s", timed_out=True)
+        except ToolError as exc:
+            await self._finish(call, CallStatus.FAILED, error=str(exc))
+        except Exception as exc:
+            log.exception("tool %s crashed (call %s)", call.tool_name, call.id)
+            await self._finish(call, CallStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
+        finally:
+            self._contexts.pop(call.id, None)
+            self._tasks.pop(call.id, None)
+
+    @staticmethod
+    async def _invoke(tool: Tool, args: dict[str, JSON], ctx: ToolContext) -> JSON:
+        if tool.is_async:
+            return await tool.run(args, ctx)
+        return await asyncio.to_thread(tool.run, args, ctx)
+
+    @contextlib.asynccontextmanager
+    async def _slot(self, session_key: str, uses_slot: bool) -> AsyncIterator[None]:
+        """Hold a session slot and a global slot; waiting here is what `pending` means."""
+        if not uses_slot:
+            yield
+            return
+        session_slots = self._session_slots.setdefault(session_key, asyncio.Semaphore(self._max_per_session))
+        async with session_slots, self._global_slots:
+            yield
+
+    async def _finish(
+        self,
+        call: ToolCall,
+        status: CallStatus,
+        *,
+        result: JSON = None,
+        error: str | None = None,
+        timed_out: bool = False,
+    ) -> None:
+        if not call.transition(status):
+            return
+        call.result = _jsonable(result)
+        call.error = error or call.error
+        call.timed_out = timed_out
+        if status is not CallStatus.CANCELLED:
+            call.cancelled_by = None
+        await self._store.save_call(call)
+        self._finalised(call)
+
+    def _finalised(self, call: ToolCall) -> None:
+        open_calls = self._open_by_session.get(call.session_key)
+        if open_calls is not None:
+            open_calls.discard(call.id)
+            if not open_calls:
+                del self._open_by_session[call.session_key]
+                self._session_slots.pop(call.session_key, None)
+        self._done.setdefault(call.id, asyncio.Event()).set()
+        self._publish(call)
+        self._evict_old_final_calls()
+
+    # -- progress -------------------------------------------------------------------------
+
+    def _progress(self, call: ToolCall, kind: str, payload: JSON) -> None:
+        if call.is_final:
+            return
+        try:
+            progress_kind = ProgressKind(kind)
+        except ValueError:
+            progress_kind = ProgressKind.LOG
+        call.add_progress(progress_kind, _jsonable(payload))
+        self._publish(call)
+        if call.id not in self._flush_pending:
+            # Progress can come many times a second; the store gets the latest state twice a second at most.
+            self._flush_pending.add(call.id)
+            asyncio.get_running_loop().call_later(PROGRESS_FLUSH_S, self._flush_progress, call)
+
+    def _flush_progress(self, call: ToolCall) -> None:
+        self._flush_pending.discard(call.id)
+        if not call.is_final:
+            task = asyncio.get_running_loop().create_task(self._store.save_call(call))
+            task.add_done_callback(_log_failure)
+
+    # -- cancelling -----------------------------------------------------------------------
+
+    async def cancel(
+        self, call_id: str, *, session_key: str | None = None, by: str | None = None
+    ) -> CancelResult | None:
+        """Best-effort cancel; None when the call is unknown (or belongs to another session)."""
+        call = await self.find(call_id, session_key=session_key)
+        if call is None:
+            return None
+        previous = call.status
+        task = self._tasks.get(call_id)
+        if call.is_final or task is None:
+            return CancelResult(call_id, False, previous)
+        call.cancelled_by = by
+        task.cancel()
+        await asyncio.wait([task], timeout=CANCEL_WAIT_S)
+        if not call.is_final and task.done():
+            # Cancelled before its first step: the task body never ran, so finish it here.
+            self._tasks.pop(call_id, None)
+            await self._finish(call, CallStatus.CANCELLED)
+        return CancelResult(call_id, call.status is CallStatus.CANCELLED, previous)
+
+    async def cancel_many(self, call_ids: Iterable[str], *, by: str | None = None) -> list[CancelResult]:
+        results = await asyncio.gather(*(self.cancel(call_id, by=by) for call_id in call_ids))
+        return [result for result in results if result is not None]
+
+    async def cancel_session(self, session_key: str, *, by: str | None = None) -> list[CancelResult]:
+        return await self.cancel_many(list(self._open_by_session.get(session_key, ())), by=by)
+
+    async def shutdown(self, grace_s: float) -> None:
+        """Give running calls `grace_s` to finish, then cancel what is left (arq-style)."""
+        tasks = list(self._tasks.values())
+        if tasks:
+            await asyncio.wait(tasks, timeout=grace_s)
+        await self.cancel_many(list(self._tasks), by="shutdown")
+
+    async def abandon(self) -> None:
+        """Stop every call because this process is exiting without finishing them (oneshot).
+
+        They end `orphaned`, not `cancelled`: nobody asked for them to stop.
+        """
+        self._abandoning = True
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=CANCEL_WAIT_S)
+
+    # -- looking up and waiting -----------------------------------------------------------
+
+    async def find(self, call_id: str, *, session_key: str | None = None) -> ToolCall | None:
+        """The call, from memory or the store; another session's call counts as not found."""
+        call = self._calls.get(call_id) or await self._store.load_call(call_id)
+        if call is None or (session_key is not None and call.session_key != session_key):
+            return None
+        return call
+
+    def get(self, call_id: str) -> ToolCall | None:
+        return self._calls.get(call_id)
+
+    def open_calls(self, session_key: str) -> list[ToolCall]:
+        return [
+            self._calls[call_id] for call_id in self._open_by_session.get(session_key, ()) if call_id in self._calls
+        ]
+
+    def done_event(self, call_id: str) -> asyncio.Event:
+        """Set once the call is final; calls unknown to this process count as final."""
+        event = self._done.get(call_id)
+        if event is None:
+            event = asyncio.Event()
+            call = self._calls.get(call_id)
+            if call is None or call.is_final:
+                event.set()
+        return event
+
+    async def wait_final(self, call_id: str, timeout_s: float | None = None) -> bool:
+        """Wait until the call is final; False on timeout."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self.done_event(call_id).wait()
+        except TimeoutError:
+            return False
+        return True
+
+    async def mark_delivered(self, calls: Iterable[ToolCall]) -> None:
+        ids = []
+        for call in calls:
+            call.delivered = True
+            ids.append(call.id)
+        if ids:
+            await self._store.mark_delivered(ids)
+
+    @property
+    def running_count(self) -> int:
+        return len(self._tasks)
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _remember(self, call: ToolCall) -> None:
+        self._calls[call.id] = call
+        self._calls.move_to_end(call.id)
+
+    def _evict_old_final_calls(self) -> None:
+        while len(self._calls) > KEEP_FINAL_IN_MEMORY:
+            oldest_id, oldest = next(iter(self._calls.items()))
+            if not oldest.is_final:
+                self._calls.move_to_end(oldest_id)
+                return
+            del self._calls[oldest_id]
+            self._done.pop(oldest_id, None)
+
+    async def _save_and_publish(self, call: ToolCall) -> None:
+        await self._store.save_call(call)
+        self._publish(call)
+
+    def _publish(self, call: ToolCall) -> None:
+        for listener in self._listeners:
+            try:
+                listener(call)
+            except Exception:
+                log.exception("call listener failed for %s", call.id)
+
+
+def _jsonable(value: JSON) -> JSON:
+    """Results and progress are stored as JSON; anything else is kept as its text."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return value
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("saving tool-call progress failed", exc_info=task.exception())

@@ -1,0 +1,185 @@
+"""Configuration: every variable of the contract, read from the environment and `.env`.
+
+pydantic-settings does the reading and the type checks; what is left here is the
+few formats the contract defines itself (comma lists, the yield strategy, active
+hours) and turning a validation failure into one line that names the variable.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import time
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from bot.errors import ConfigError
+
+
+class YieldMode(StrEnum):
+    WHEN_ALL_DONE = "when_all_done"
+    ON_ANY_PROGRESS = "on_any_progress"
+    ON_TIMEOUT = "on_timeout"
+
+
+@dataclass(frozen=True, slots=True)
+class YieldStrategy:
+    """When a turn stops waiting for its tool batch and hands partial results to the model."""
+
+    mode: YieldMode
+    timeout_ms: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> YieldStrategy:
+        name, _, arg = text.strip().partition(":")
+        try:
+            mode = YieldMode(name)
+        except ValueError:
+            raise ValueError(
+                f"unknown strategy {text!r}; use when_all_done, on_any_progress or on_timeout:MS"
+            ) from None
+        if mode is YieldMode.ON_TIMEOUT:
+            if not arg.isdigit() or int(arg) <= 0:
+                raise ValueError("on_timeout needs a positive number of milliseconds, e.g. on_timeout:5000")
+            return cls(mode, int(arg))
+        if arg:
+            raise ValueError(f"{name} takes no argument")
+        return cls(mode)
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveHours:
+    """A daily window such as 08:00-20:00; a window that wraps midnight (22:00-06:00) is allowed."""
+
+    start: time
+    end: time
+
+    @classmethod
+    def parse(cls, text: str) -> ActiveHours:
+        match = re.fullmatch(r"(\d{1,2}):(\d{2})-(\d{1,2}):(\d{2})", text.strip())
+        if not match:
+            raise ValueError(f"expected HH:MM-HH:MM, got {text!r}")
+        h1, m1, h2, m2 = (int(g) for g in match.groups())
+        try:
+            return cls(time(h1, m1), time(h2, m2))
+        except ValueError as exc:
+            raise ValueError(f"{text!r}: {exc}") from None
+
+    def contains(self, moment: time) -> bool:
+        if self.start <= self.end:
+            return self.start <= moment < self.end
+        return moment >= self.start or moment < self.end
+
+
+CommaList = Annotated[tuple[str, ...], NoDecode]
+
+
+def _split_commas(value: Any) -> Any:
+    if isinstance(value, str):
+        items = [item.strip() for item in value.split(",")]
+        if any(not item for item in items) and value.strip():
+            raise ValueError(f"malformed comma list {value!r} (empty item)")
+        return tuple(item for item in items if item)
+    return value
+
+
+class Settings(BaseSettings):
+    """The daemon's settings; field names are the contract's variable names, lower-cased."""
+
+    model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore", frozen=True)
+
+    slack_bot_token: SecretStr | None = None
+    slack_app_token: SecretStr | None = None
+    slack_signing_secret: SecretStr | None = None
+    slack_api_url: str = "https://slack.com/api/"
+
+    bot_model: str = "claude-sonnet-5-5"
+    bot_max_tokens: int = Field(8192, gt=0)
+    bot_data_dir: Path = Path("./data")
+    bot_allowed_users: CommaList = ()
+    bot_allowed_channels: CommaList = ()
+    bot_cancel_reactions: CommaList = ("x", "octagonal_sign")
+    bot_yield_strategy: Annotated[YieldStrategy, NoDecode] = YieldStrategy(YieldMode.WHEN_ALL_DONE)
+    bot_yield_on_injection: bool = True
+    bot_max_concurrent_tools: int = Field(16, gt=0)
+    bot_max_concurrent_tools_per_session: int = Field(8, gt=0)
+    bot_tool_timeout_s: float = Field(600, gt=0)
+    bot_max_iterations: int = Field(25, gt=0)
+    bot_max_injections_per_turn: int = Field(20, gt=0)
+    bot_tool_result_max_chars: int = Field(20_000, gt=100)
+    bot_status_wait_max_s: float = Field(300, gt=0)
+    bot_max_wait_s: float = Field(30 * 86400, gt=0)
+    bot_max_lateness_s: float = Field(6 * 3600, gt=0)
+    bot_heartbeat_interval_s: float = Field(1800, ge=0)
+    bot_heartbeat_channel: str | None = None
+    bot_heartbeat_active_hours: Annotated[ActiveHours | None, NoDecode] = None
+    bot_timezone: str = "UTC"
+    bot_enable_shell: bool = False
+    bot_metrics_port: int | None = Field(None, gt=0, lt=65536)
+    bot_log_format: str = "text"
+
+    @field_validator("bot_allowed_users", "bot_allowed_channels", "bot_cancel_reactions", mode="before")
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        return _split_commas(value)
+
+    @field_validator("bot_yield_strategy", mode="before")
+    @classmethod
+    def _yield_strategy(cls, value: Any) -> Any:
+        return YieldStrategy.parse(value) if isinstance(value, str) else value
+
+    @field_validator("bot_heartbeat_active_hours", mode="before")
+    @classmethod
+    def _active_hours(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return ActiveHours.parse(value) if value.strip() else None
+        return value
+
+    @field_validator("bot_heartbeat_channel", "bot_metrics_port", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("bot_timezone")
+    @classmethod
+    def _timezone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r}") from None
+        return value
+
+    @field_validator("bot_log_format")
+    @classmethod
+    def _log_format(cls, value: str) -> str:
+        if value not in ("text", "json"):
+            raise ValueError("must be text or json")
+        return value
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.bot_timezone)
+
+    @property
+    def db_path(self) -> Path:
+        return self.bot_data_dir / "bot.db"
+
+    @property
+    def heartbeat_enabled(self) -> bool:
+        return self.bot_heartbeat_interval_s > 0 and bool(self.bot_heartbeat_channel)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read the settings, turning the first validation error into a `ConfigError` naming the variable."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        variable = str(error["loc"][0]).upper() if error["loc"] else "configuration"
+        message = str(error["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"{variable}: {message}") from None

@@ -1,0 +1,30 @@
+"""The daemon's exceptions, under one base.
+
+ThreadbotError
+├── ConfigError        bad configuration; the CLI prints it as one line
+├── StoreError         the database cannot be opened or migrated
+├── ModelError         the model request failed after the SDK's own retries
+└── ToolInputError     a tool was called with arguments it cannot use
+"""
+
+from __future__ import annotations
+
+
+class ThreadbotError(Exception):
+    """Base of every error the daemon raises on purpose."""
+
+
+class ConfigError(ThreadbotError):
+    pass
+
+
+class StoreError(ThreadbotError):
+    pass
+
+
+class ModelError(ThreadbotError):
+    """Carries a short message fit to show to the user in the thread."""
+
+
+class ToolInputError(ThreadbotError):
+    """Raised by a tool for arguments its schema allows but its meaning does not."""

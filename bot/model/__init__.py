@@ -1,0 +1,1 @@
+"""The model provider boundary: the engine sees `bot.types.Provider`, this package implements it."""

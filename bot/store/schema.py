@@ -1,0 +1,149 @@
+"""The database schema (an ordered list of migrations) and how values are written to it.
+
+`MIGRATIONS[i]` brings the database to version `i + 1`. The version lives in
+`PRAGMA user_version`, so a database knows how far it has been migrated without
+a bookkeeping table, and reopening an up-to-date database runs nothing. A
+migration is only ever appended, never edited: a released script has already
+run on someone's database.
+
+Conventions the store relies on:
+- timestamps are TEXT, ISO 8601 in UTC with microseconds, so they sort as text;
+- JSON values are TEXT written by `json.dumps(..., ensure_ascii=False)`;
+- booleans are INTEGER 0/1.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import UTC, datetime
+from typing import Any
+
+import aiosqlite
+
+from bot.calls.models import ToolCall
+from bot.errors import StoreError
+
+_V1 = """
+CREATE TABLE sessions (
+    key         TEXT PRIMARY KEY,
+    created_at  TEXT NOT NULL,
+    address     TEXT NOT NULL DEFAULT '{}',
+    turn_count  INTEGER NOT NULL DEFAULT 0
+);
+
+CREATE TABLE session_aliases (
+    alias        TEXT PRIMARY KEY,
+    session_key  TEXT NOT NULL REFERENCES sessions(key) ON DELETE CASCADE
+);
+CREATE INDEX session_aliases_by_session ON session_aliases(session_key);
+
+CREATE TABLE messages (
+    session_key  TEXT NOT NULL REFERENCES sessions(key) ON DELETE CASCADE,
+    seq          INTEGER NOT NULL,
+    role         TEXT NOT NULL,
+    body         TEXT NOT NULL,
+    created_at   TEXT NOT NULL,
+    PRIMARY KEY (session_key, seq)
+) WITHOUT ROWID;
+
+CREATE TABLE tool_calls (
+    id            TEXT PRIMARY KEY,
+    session_key   TEXT NOT NULL REFERENCES sessions(key) ON DELETE CASCADE,
+    turn_id       TEXT NOT NULL,
+    tool_name     TEXT NOT NULL,
+    input         TEXT NOT NULL,
+    parent_id     TEXT,
+    status        TEXT NOT NULL CHECK (status IN
+                      ('pending', 'running', 'completed', 'failed', 'cancelled', 'orphaned')),
+    created_at    TEXT NOT NULL,
+    started_at    TEXT,
+    completed_at  TEXT,
+    result        TEXT NOT NULL DEFAULT 'null',
+    error         TEXT,
+    timed_out     INTEGER NOT NULL DEFAULT 0,
+    cancelled_by  TEXT,
+    delivered     INTEGER NOT NULL DEFAULT 0,
+    progress      TEXT NOT NULL DEFAULT '[]'
+);
+CREATE INDEX tool_calls_by_session ON tool_calls(session_key, status, created_at);
+CREATE INDEX tool_calls_by_status ON tool_calls(status);
+
+CREATE TABLE seen_events (
+    key      TEXT PRIMARY KEY,
+    seen_at  TEXT NOT NULL
+);
+CREATE INDEX seen_events_by_time ON seen_events(seen_at);
+"""
+
+MIGRATIONS: list[str] = [_V1]
+
+# The tool_calls columns, named as `ToolCall.to_record()` names its keys.
+CALL_COLUMNS = (
+    *("id", "session_key", "turn_id", "tool_name", "input", "parent_id", "status", "created_at", "started_at"),
+    *("completed_at", "result", "error", "timed_out", "cancelled_by", "delivered", "progress"),
+)
+
+
+def ts(moment: datetime) -> str:
+    """UTC, fixed width, so timestamps compare correctly as text (naive means UTC)."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def ts_or_none(moment: datetime | None) -> str | None:
+    return ts(moment) if moment is not None else None
+
+
+def dumps(value: Any) -> str:
+    """JSON text that keeps non-ASCII readable in the file (Slack text is full of it)."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def call_to_row(call: ToolCall) -> tuple[Any, ...]:
+    """`ToolCall.to_record()` in column order: JSON as text, times normalised, flags as 0/1."""
+    record = call.to_record()
+    for column in ("input", "result", "progress"):
+        record[column] = dumps(record[column])
+    record["created_at"] = ts(call.created_at)
+    record["started_at"] = ts_or_none(call.started_at)
+    record["completed_at"] = ts_or_none(call.completed_at)
+    record["timed_out"], record["delivered"] = int(call.timed_out), int(call.delivered)
+    return tuple(record[column] for column in CALL_COLUMNS)
+
+
+def call_from_row(row: sqlite3.Row) -> ToolCall:
+    """The inverse of `call_to_row`; the row must carry every column of `CALL_COLUMNS`."""
+    record = dict(zip(row.keys(), tuple(row), strict=True))
+    for column in ("input", "result", "progress"):
+        record[column] = json.loads(record[column])
+    return ToolCall.from_record(record)
+
+
+async def schema_version(db: aiosqlite.Connection) -> int:
+    rows = list(await db.execute_fetchall("PRAGMA user_version"))
+    return int(rows[0][0])
+
+
+async def migrate(db: aiosqlite.Connection) -> int:
+    """Apply every migration newer than the database's version; return the final version.
+
+    Each migration runs in its own transaction together with its version bump,
+    so a failure leaves the database at the last good version rather than half
+    migrated. The connection must be in autocommit mode (`isolation_level=None`).
+    """
+    current = await schema_version(db)
+    if current > len(MIGRATIONS):
+        raise StoreError(f"schema version {current} is newer than this program knows ({len(MIGRATIONS)})")
+    for version, script in enumerate(MIGRATIONS, start=1):
+        if version <= current:
+            continue
+        try:
+            await db.executescript(f"BEGIN IMMEDIATE;\n{script}\nPRAGMA user_version = {version};\nCOMMIT;")
+        except sqlite3.Error as exc:
+            if db.in_transaction:
+                await db.rollback()
+            raise StoreError(f"migration {version} failed: {exc}") from exc
+        current = version
+    return current

@@ -1,0 +1,287 @@
+"""The SQLite store: the daemon's source of truth for anything that must survive a restart.
+
+One database file in WAL mode, reached through ONE aiosqlite connection. aiosqlite
+runs every statement on a single worker thread, and an `asyncio.Lock` around each
+method keeps one method's statements (and its transaction) from interleaving with
+another's, so hundreds of concurrent sessions can write without losing rows.
+The connection is in autocommit mode; every write method opens its own
+`BEGIN IMMEDIATE … COMMIT`, so it is all-or-nothing and durable when it returns.
+
+The interface speaks in intents (claim an event, append messages, save a call);
+no SQL leaves this module, which is what lets another back end replace it later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from bot.calls.models import CallStatus, ToolCall, utcnow
+from bot.errors import StoreError
+from bot.store.schema import CALL_COLUMNS, call_from_row, call_to_row, dumps, migrate, ts
+
+BUSY_TIMEOUT_MS = 5_000
+ORPHANED_ERROR = "the process that ran this call stopped"
+_OPEN = "('pending', 'running')"  # the statuses a call may still leave
+
+_CALL_COLUMNS = ", ".join(CALL_COLUMNS)
+_SELECT_CALLS = f"SELECT {_CALL_COLUMNS} FROM tool_calls"
+# Only a call that is still open takes every field; `delivered` never goes back to 0,
+# so a stale in-memory copy cannot make a result be delivered twice.
+_UPSERT_CALL = f"""
+INSERT INTO tool_calls ({_CALL_COLUMNS}) VALUES ({", ".join("?" * len(CALL_COLUMNS))})
+ON CONFLICT(id) DO UPDATE SET
+    session_key = excluded.session_key, turn_id = excluded.turn_id, tool_name = excluded.tool_name,
+    input = excluded.input, parent_id = excluded.parent_id, status = excluded.status,
+    created_at = excluded.created_at, started_at = excluded.started_at,
+    completed_at = excluded.completed_at, result = excluded.result, error = excluded.error,
+    timed_out = excluded.timed_out, cancelled_by = excluded.cancelled_by,
+    delivered = MAX(tool_calls.delivered, excluded.delivered), progress = excluded.progress
+WHERE tool_calls.status IN {_OPEN}
+"""
+# A final row keeps its outcome; a copy with the same final status may still add progress/delivery.
+_TOUCH_FINAL_CALL = f"""
+UPDATE tool_calls SET delivered = MAX(delivered, ?), progress = ?
+WHERE id = ? AND status = ? AND status NOT IN {_OPEN}
+"""
+
+
+async def _fetch(db: aiosqlite.Connection, sql: str, *params: Any) -> list[sqlite3.Row]:
+    return list(await db.execute_fetchall(sql, params))
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """A conversation, named by an edge-neutral key; `address` is the edge's routing info."""
+
+    key: str
+    created_at: datetime
+    address: dict[str, Any]
+    turn_count: int
+
+
+def _session(row: sqlite3.Row) -> SessionRecord:
+    return SessionRecord(
+        key=row["key"],
+        created_at=datetime.fromisoformat(row["created_at"]),
+        address=json.loads(row["address"]),
+        turn_count=int(row["turn_count"]),
+    )
+
+
+class Store:
+    """Sessions, their messages, tool calls and seen events, behind intent-level methods."""
+
+    def __init__(self, db: aiosqlite.Connection, path: Path) -> None:
+        self._db = db
+        self._lock = asyncio.Lock()
+        self.path = path
+
+    @classmethod
+    async def open(cls, path: Path) -> Store:
+        """Open (creating if needed) and migrate the database; StoreError if that cannot be done."""
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            db = await aiosqlite.connect(path, isolation_level=None)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot open database at {path}: {exc}") from exc
+        try:
+            db.row_factory = sqlite3.Row
+            await db.execute("PRAGMA journal_mode=WAL")
+            await db.execute("PRAGMA synchronous=NORMAL")
+            await db.execute("PRAGMA foreign_keys=ON")
+            await db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            await migrate(db)
+        except BaseException as exc:
+            await db.close()
+            if isinstance(exc, sqlite3.Error | StoreError):
+                raise StoreError(f"cannot open database at {path}: {exc}") from exc
+            raise
+        return cls(db, path)
+
+    async def close(self) -> None:
+        async with self._lock:
+            await self._db.close()
+
+    @asynccontextmanager
+    async def _read(self) -> AsyncIterator[aiosqlite.Connection]:
+        """Reads take the lock too, so they never see another method's uncommitted rows."""
+        async with self._lock:
+            yield self._db
+
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[aiosqlite.Connection]:
+        """One transaction, all-or-nothing; statements queued on the single worker run in order.
+
+        A caller cancelled mid-write gets CancelledError and the write is rolled back, unless
+        the COMMIT was already on its way, in which case it stands; it is never half-applied.
+        """
+        async with self._lock:
+            try:
+                # Inside the try: a cancelled await still runs its statement on the worker,
+                # so even a BEGIN we stopped waiting for must be rolled back before the lock goes.
+                await self._db.execute("BEGIN IMMEDIATE")
+                yield self._db
+                await self._db.execute("COMMIT")
+            except BaseException:
+                with suppress(sqlite3.Error):
+                    await self._db.execute("ROLLBACK")
+                raise
+
+    @staticmethod
+    async def _require_session(db: aiosqlite.Connection, key: str) -> None:
+        if not await _fetch(db, "SELECT 1 FROM sessions WHERE key = ?", key):
+            raise KeyError(f"no session {key!r}")
+
+    # --- events -------------------------------------------------------------------------
+
+    async def claim_event(self, key: str) -> bool:
+        """True the first time an event key is seen: how a redelivered Slack event is dropped."""
+        async with self._write() as db:
+            sql = "INSERT OR IGNORE INTO seen_events (key, seen_at) VALUES (?, ?)"
+            cursor = await db.execute(sql, (key, ts(utcnow())))
+            return cursor.rowcount == 1
+
+    async def prune_events(self, older_than: datetime) -> int:
+        """Forget events seen before `older_than` (redeliveries stop long before); returns how many."""
+        async with self._write() as db:
+            cursor = await db.execute("DELETE FROM seen_events WHERE seen_at < ?", (ts(older_than),))
+            return cursor.rowcount
+
+    # --- sessions -----------------------------------------------------------------------
+
+    async def ensure_session(self, key: str, address: dict[str, Any] | None = None) -> SessionRecord:
+        """The session for `key`, created with `address` if missing; an existing one is left unchanged."""
+        async with self._write() as db:
+            await db.execute(
+                "INSERT OR IGNORE INTO sessions (key, created_at, address) VALUES (?, ?, ?)",
+                (key, ts(utcnow()), dumps(address or {})),
+            )
+            rows = await _fetch(db, "SELECT * FROM sessions WHERE key = ?", key)
+            return _session(rows[0])
+
+    async def get_session(self, key: str) -> SessionRecord | None:
+        async with self._read() as db:
+            rows = await _fetch(db, "SELECT * FROM sessions WHERE key = ?", key)
+        return _session(rows[0]) if rows else None
+
+    async def update_address(self, key: str, address: dict[str, Any]) -> None:
+        """Merge `address` into the stored one (new keys win); KeyError if the session is unknown."""
+        async with self._write() as db:
+            rows = await _fetch(db, "SELECT address FROM sessions WHERE key = ?", key)
+            if not rows:
+                raise KeyError(f"no session {key!r}")
+            merged = {**json.loads(rows[0]["address"]), **address}
+            await db.execute("UPDATE sessions SET address = ? WHERE key = ?", (dumps(merged), key))
+
+    async def next_turn(self, key: str) -> int:
+        """Count a new turn and return its number (1, 2, …); atomic, so concurrent turns never share one."""
+        async with self._write() as db:
+            sql = "UPDATE sessions SET turn_count = turn_count + 1 WHERE key = ? RETURNING turn_count"
+            rows = await _fetch(db, sql, key)
+            if not rows:
+                raise KeyError(f"no session {key!r}")
+            return int(rows[0][0])
+
+    async def add_alias(self, alias: str, key: str) -> None:
+        """Give session `key` another name; idempotent. ValueError if `alias` already names another session."""
+        async with self._write() as db:
+            await self._require_session(db, key)
+            if alias != key and await _fetch(db, "SELECT 1 FROM sessions WHERE key = ?", alias):
+                raise ValueError(f"{alias!r} is already a session key")
+            rows = await _fetch(db, "SELECT session_key FROM session_aliases WHERE alias = ?", alias)
+            if rows and rows[0][0] != key:
+                raise ValueError(f"alias {alias!r} already names session {rows[0][0]!r}")
+            if alias != key:
+                await db.execute(
+                    "INSERT OR IGNORE INTO session_aliases (alias, session_key) VALUES (?, ?)", (alias, key)
+                )
+
+    async def resolve(self, key_or_alias: str) -> str | None:
+        """The session key a key or alias names, None if it names nothing."""
+        async with self._read() as db:
+            rows = await _fetch(db, "SELECT key FROM sessions WHERE key = ?", key_or_alias)
+            if not rows:
+                rows = await _fetch(db, "SELECT session_key FROM session_aliases WHERE alias = ?", key_or_alias)
+        return str(rows[0][0]) if rows else None
+
+    # --- conversation -------------------------------------------------------------------
+
+    async def load_messages(self, key: str) -> list[dict[str, Any]]:
+        """The session's messages in the order they were appended."""
+        async with self._read() as db:
+            rows = await _fetch(db, "SELECT body FROM messages WHERE session_key = ? ORDER BY seq", key)
+        return [json.loads(row[0]) for row in rows]
+
+    async def append_messages(self, key: str, messages: Sequence[dict[str, Any]]) -> None:
+        """Append in order, all or nothing; KeyError if the session is unknown."""
+        if not messages:
+            return
+        now = ts(utcnow())
+        bodies = [(str(message["role"]), dumps(message)) for message in messages]
+        async with self._write() as db:
+            await self._require_session(db, key)
+            rows = await _fetch(db, "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_key = ?", key)
+            first = int(rows[0][0]) + 1
+            await db.executemany(
+                "INSERT INTO messages (session_key, seq, role, body, created_at) VALUES (?, ?, ?, ?, ?)",
+                [(key, first + i, role, body, now) for i, (role, body) in enumerate(bodies)],
+            )
+
+    # --- tool calls ---------------------------------------------------------------------
+
+    async def save_call(self, call: ToolCall) -> None:
+        """Upsert a call; a final row keeps its status and outcome (only delivery and progress may change)."""
+        params = call_to_row(call)
+        async with self._write() as db:
+            await self._require_session(db, call.session_key)
+            await db.execute(_UPSERT_CALL, params)
+            await db.execute(_TOUCH_FINAL_CALL, (int(call.delivered), params[-1], call.id, call.status.value))
+
+    async def load_call(self, call_id: str) -> ToolCall | None:
+        async with self._read() as db:
+            rows = await _fetch(db, f"{_SELECT_CALLS} WHERE id = ?", call_id)
+        return call_from_row(rows[0]) if rows else None
+
+    async def session_calls(self, key: str, *, only_open: bool = False) -> list[ToolCall]:
+        """The session's calls, oldest first; with `only_open`, just those still pending or running."""
+        where = f" AND status IN {_OPEN}" if only_open else ""
+        async with self._read() as db:
+            rows = await _fetch(db, f"{_SELECT_CALLS} WHERE session_key = ?{where} ORDER BY created_at, rowid", key)
+        return [call_from_row(row) for row in rows]
+
+    async def orphan_open_calls(self) -> list[ToolCall]:
+        """At start-up: calls a previous process left open become `orphaned`; returns them as updated."""
+        async with self._write() as db:
+            sql = f"UPDATE tool_calls SET status = ?, completed_at = ?, error = ? WHERE status IN {_OPEN}"
+            rows = await _fetch(
+                db, f"{sql} RETURNING {_CALL_COLUMNS}", CallStatus.ORPHANED.value, ts(utcnow()), ORPHANED_ERROR
+            )
+            calls = [call_from_row(row) for row in rows]
+        return sorted(calls, key=lambda call: call.created_at)
+
+    async def mark_delivered(self, call_ids: Sequence[str]) -> None:
+        """Record that these calls' results reached the model; only final calls can be delivered."""
+        if not call_ids:
+            return
+        async with self._write() as db:
+            await db.executemany(
+                f"UPDATE tool_calls SET delivered = 1 WHERE id = ? AND status NOT IN {_OPEN}",
+                [(call_id,) for call_id in call_ids],
+            )
+
+    async def undelivered_calls(self, key: str) -> list[ToolCall]:
+        """Final calls of the session whose result the model has not been given yet, oldest first."""
+        sql = f"{_SELECT_CALLS} WHERE session_key = ? AND status NOT IN {_OPEN} AND delivered = 0"
+        async with self._read() as db:
+            rows = await _fetch(db, f"{sql} ORDER BY created_at, rowid", key)
+        return [call_from_row(row) for row in rows]

@@ -1,0 +1,1 @@
+"""Protocol-level fakes of external services (Anthropic API, ...) that real clients talk to over loopback."""

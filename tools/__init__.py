@@ -1,0 +1,14 @@
+"""The tools the model calls. Each is a small module that knows nothing of the daemon."""
+
+from __future__ import annotations
+
+from tools.base import Tool
+from tools.now import now
+from tools.run_command import run_command
+from tools.sleep_for import sleep_for
+from tools.wordcount import wordcount
+
+
+def builtin_tools(*, enable_shell: bool) -> list[Tool]:
+    """The plain tools; `run_command` only when the operator turned the shell on."""
+    return [now, wordcount, sleep_for, *([run_command] if enable_shell else [])]

@@ -1,0 +1,93 @@
+"""What a tool is, and what it may touch while it runs.
+
+A tool is a frozen `Tool` built by the `tool()` factory: name, description, JSON
+input schema and a run function, sync or async. Async tools are cancelled with
+`CancelledError`; sync tools run in a worker thread and must watch
+`ctx.cancelled`, a `threading.Event`, since a thread cannot be interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+JSON = Any
+ProgressSink = Callable[[str, JSON], None]
+RunFunction = Callable[[dict[str, JSON], "ToolContext"], Awaitable[JSON] | JSON]
+
+
+class ToolError(Exception):
+    """A failure the tool explains itself; its message is shown to the model as the call's error."""
+
+
+@dataclass(slots=True)
+class ToolContext:
+    """Handed to each run: who is calling, where to report progress, how to notice a cancel."""
+
+    call_id: str
+    session_key: str
+    work_dir: Path
+    report: ProgressSink
+    loop: asyncio.AbstractEventLoop
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    loop_thread: int = field(default_factory=threading.get_ident)
+
+    def progress(self, payload: JSON, kind: str = "partial") -> None:
+        """Record structured progress; safe to call from the event loop or from a tool's thread."""
+        if threading.get_ident() == self.loop_thread:
+            self.report(kind, payload)
+        else:
+            self.loop.call_soon_threadsafe(self.report, kind, payload)
+
+    def log(self, line: str) -> None:
+        self.progress(line, kind="log")
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    name: str
+    description: str
+    input_schema: dict[str, JSON]
+    run: RunFunction
+    timeout_s: float | None = None
+    uses_slot: bool = True
+    quick: bool = False
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.run)
+
+    def spec(self) -> dict[str, JSON]:
+        """The tool as the Messages API expects it in `tools`."""
+        return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
+
+
+def tool(
+    name: str,
+    description: str,
+    properties: dict[str, JSON] | None = None,
+    *,
+    required: tuple[str, ...] = (),
+    timeout_s: float | None = None,
+    uses_slot: bool = True,
+    quick: bool = False,
+) -> Callable[[RunFunction], Tool]:
+    """Declare a tool around its run function: `@tool("now", "Current time.")`.
+
+    `uses_slot=False` keeps a call out of the concurrency caps (system tools must
+    work while every slot is busy); `quick=True` promises it finishes at once, so
+    a caller that never waits for background work may still wait for it.
+    """
+    schema: dict[str, JSON] = {"type": "object", "properties": properties or {}, "additionalProperties": False}
+    if required:
+        schema["required"] = list(required)
+
+    def wrap(run: RunFunction) -> Tool:
+        return Tool(name, description, schema, run, timeout_s=timeout_s, uses_slot=uses_slot, quick=quick)
+
+    return wrap

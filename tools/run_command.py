@@ -1,0 +1,74 @@
+"""`run_command`: a shell command in its own process group, output lines streamed as progress.
+
+The reference for cancelling real work: the whole process group gets SIGTERM,
+then SIGKILL after a short grace, so children of the shell die too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from typing import Any
+
+from tools.base import ToolContext, ToolError, tool
+
+KILL_GRACE_S = 2.0
+OUTPUT_KEEP_CHARS = 16_000
+DEFAULT_TIMEOUT_S = 300
+
+
+@tool(
+    "run_command",
+    "Run a shell command in the bot's work directory. Output lines are reported as progress; "
+    "the result holds the exit code and the tail of the output.",
+    {
+        "command": {"type": "string", "minLength": 1, "description": "The shell command line."},
+        "timeout_seconds": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
+    },
+    required=("command",),
+)
+async def run_command(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    ctx.work_dir.mkdir(parents=True, exist_ok=True)
+    process = await asyncio.create_subprocess_shell(
+        args["command"],
+        cwd=ctx.work_dir,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+    )
+    output: list[str] = []
+    try:
+        async with asyncio.timeout(float(args.get("timeout_seconds", DEFAULT_TIMEOUT_S))):
+            await _stream_lines(process, ctx, output)
+            code = await process.wait()
+    except TimeoutError:
+        await _terminate_group(process)
+        raise ToolError(f"command timed out after {args.get('timeout_seconds', DEFAULT_TIMEOUT_S)}s") from None
+    except asyncio.CancelledError:
+        await _terminate_group(process)
+        raise
+    text = "".join(output)
+    return {"exit_code": code, "output": text[-OUTPUT_KEEP_CHARS:], "truncated": len(text) > OUTPUT_KEEP_CHARS}
+
+
+async def _stream_lines(process: asyncio.subprocess.Process, ctx: ToolContext, output: list[str]) -> None:
+    assert process.stdout is not None
+    async for raw in process.stdout:
+        line = raw.decode(errors="replace")
+        output.append(line)
+        ctx.log(line.rstrip("\n"))
+
+
+async def _terminate_group(process: asyncio.subprocess.Process) -> None:
+    """SIGTERM the whole process group, then SIGKILL whatever is left after the grace period."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(process.wait()), KILL_GRACE_S)
+    # The shell may be gone while its children linger in the group.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    await process.wait()
