@@ -76,10 +76,15 @@ class EngineOutput(Protocol):
 
     def call_changed(self, call: ToolCall) -> None: ...
 
-    def notice(self, session_key: str, text: str) -> None: ...
+    def notice(self, session_key: str, text: str) -> None:
+        """A short line for the people in the session: an error, a cut-off answer."""
+
+    def reminder(self, session_key: str, text: str) -> None:
+        """A due reminder, posted without a model call; the edge mentions whoever asked for it."""
 
     def turn_finished(self, outcome: TurnOutcome) -> None: ...
 
 
 CallListener = Callable[["ToolCall"], None]
-AsyncCallback = Callable[[], Awaitable[None]]
+TimezoneLookup = Callable[[str], Awaitable[str | None]]
+"""Given a session key, the time zone of the person who asked (e.g. from Slack's users.info)."""

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
+from fakes.slack_api import FakeSlack, event_callback_body, signed_event_request, signed_interactive_request
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.context.ack.async_ack import AsyncAck
@@ -17,8 +18,6 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
-
-from tests.fakes.slack_api import FakeSlack, event_callback_body, signed_event_request, signed_interactive_request
 
 
 @pytest.fixture

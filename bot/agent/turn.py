@@ -76,58 +76,59 @@ class TurnRunner:
         await self._store.ensure_session(key)
         turn_id = f"{key}#{await self._store.next_turn(key)}"
         messages = await self._store.load_messages(key)
-        persisted = len(messages)
+        conversation = _Conversation(key, messages, persisted=len(messages))
         outcome = TurnOutcome(session_key=key)
         request.injections.new_turn()
         self._output.turn_started(key)
         opening = await self._repair_blocks(messages) + await self._late_result_blocks(key, exclude=set())
         protocol.append_user(messages, opening + request.content)
-        continuations = 0
         try:
-            for outcome.iterations in range(1, self._settings.max_iterations + 1):
-                if lines := request.injections.drain():
-                    protocol.append_user(messages, protocol.injection_blocks(lines))
-                if messages[-1]["role"] == "user" and not messages[-1]["content"]:
-                    messages.pop()  # a wake-up whose news was already taken: nothing to say
-                    break
-                reply = await self._ask_model(request, messages)
-                if reply is None:
-                    break
-                messages.append({"role": "assistant", "content": reply.content})
-                await self._store.append_messages(key, messages[persisted:])
-                persisted = len(messages)
-                outcome.text = reply.text or outcome.text
-                outcome.stop_reason = reply.stop_reason
-                if reply.stop_reason == "max_tokens" and continuations < MAX_CONTINUATIONS:
-                    continuations += 1
-                    protocol.append_user(messages, [protocol.text_block(CONTINUE_NOTE)])
-                    continue
-                if reply.tool_uses:
-                    if not await self._run_batch(request, turn_id, reply, messages, outcome):
-                        break
-                    continue
-                if reply.stop_reason == "pause_turn":
-                    protocol.append_user(messages, [protocol.text_block("[continue]")])
-                    continue
-                if reply.stop_reason == "refusal":
-                    self._output.notice(key, "The model declined to continue with this request.")
-                elif reply.stop_reason == "max_tokens":
-                    self._output.notice(key, "The answer was cut off at the output limit.")
-                elif request.injections.ready:
-                    continue
-                break
-            else:
-                self._output.notice(key, f"Stopped after {self._settings.max_iterations} steps without finishing.")
-                outcome.error = "iteration limit reached"
+            await self._loop(request, turn_id, conversation, outcome)
         except ModelError as exc:
             outcome.error = str(exc)
             self._output.notice(key, f"⚠️ Model error: {exc}")
         finally:
             if request.cancelled.is_set():
                 outcome.cancelled_by = request.cancelled_by or "user"
-            await self._close(key, messages, persisted, outcome)
+            await self._close(conversation, outcome)
             self._output.turn_finished(outcome)
         return outcome
+
+    async def _loop(
+        self, request: TurnRequest, turn_id: str, conversation: _Conversation, outcome: TurnOutcome
+    ) -> None:
+        key = request.session_key
+        messages = conversation.messages
+        continuations = 0
+        for outcome.iterations in range(1, self._settings.max_iterations + 1):
+            if lines := request.injections.drain():
+                protocol.append_user(messages, protocol.injection_blocks(lines))
+            if messages[-1]["role"] == "user" and not messages[-1]["content"]:
+                messages.pop()  # a wake-up whose news was already taken: nothing to say
+                return
+            reply = await self._ask_model(request, messages)
+            if reply is None:
+                return
+            messages.append({"role": "assistant", "content": reply.content})
+            await conversation.save(self._store)
+            outcome.text = reply.text or outcome.text
+            outcome.stop_reason = reply.stop_reason
+            if reply.stop_reason == "max_tokens" and continuations < MAX_CONTINUATIONS:
+                continuations += 1
+                protocol.append_user(messages, [protocol.text_block(CONTINUE_NOTE)])
+            elif reply.tool_uses:
+                if not await self._run_batch(request, turn_id, reply, messages, outcome):
+                    return
+            elif reply.stop_reason == "pause_turn":
+                protocol.append_user(messages, [protocol.text_block("[continue]")])
+            elif not request.injections.ready:
+                if reply.stop_reason == "refusal":
+                    self._output.notice(key, "The model declined to continue with this request.")
+                elif reply.stop_reason == "max_tokens":
+                    self._output.notice(key, "The answer was cut off at the output limit.")
+                return
+        self._output.notice(key, f"Stopped after {self._settings.max_iterations} steps without finishing.")
+        outcome.error = "iteration limit reached"
 
     async def _ask_model(self, request: TurnRequest, messages: list[Message]) -> ModelReply | None:
         """One streamed model call; None when the turn is cancelled while it streams."""
@@ -230,8 +231,9 @@ class TurnRunner:
                 await self._registry.mark_delivered([call])
         return blocks
 
-    async def _close(self, key: str, messages: list[Message], persisted: int, outcome: TurnOutcome) -> None:
+    async def _close(self, conversation: _Conversation, outcome: TurnOutcome) -> None:
         """Persist what is left, ending with an assistant message so the history stays valid."""
+        messages = conversation.messages
         if messages and messages[-1]["role"] == "user":
             if outcome.cancelled_by:
                 note = f"(turn cancelled by {outcome.cancelled_by})"
@@ -241,6 +243,20 @@ class TurnRunner:
                 note = f"(turn ended early: {outcome.error or 'interrupted'})"
             messages.append({"role": "assistant", "content": [protocol.text_block(note)]})
         try:
-            await self._store.append_messages(key, messages[persisted:])
+            await conversation.save(self._store)
         except Exception:
-            log.exception("could not persist the end of a turn in %s", key)
+            log.exception("could not persist the end of a turn in %s", conversation.key)
+
+
+@dataclass(slots=True)
+class _Conversation:
+    """The session's messages during a turn, and how many of them the store already has."""
+
+    key: str
+    messages: list[Message]
+    persisted: int
+
+    async def save(self, store: Store) -> None:
+        if len(self.messages) > self.persisted:
+            await store.append_messages(self.key, self.messages[self.persisted :])
+            self.persisted = len(self.messages)

@@ -1119,7 +1119,7 @@ class FakeSlack:
         *,
         accepts_response_payload: bool = False,
         extra: Mapping[str, Any] | None = None,
-        timeout: float = 10.0,  # noqa: ASYNC109 - how long to wait for a connection
+        connect_timeout: float = 10.0,
     ) -> str:
         """Push any envelope (events_api, interactive, slash_commands...) on the newest open session, waiting
         for one if the client is (re)connecting. Returns the envelope_id to ``wait_ack`` on."""
@@ -1131,13 +1131,13 @@ class FakeSlack:
             "accepts_response_payload": accepts_response_payload,
             **(extra or {}),
         }
-        await self._push(body, timeout)
+        await self._push(body, connect_timeout)
         return envelope_id
 
-    async def _push(self, body: JsonDict, timeout: float) -> None:
+    async def _push(self, body: JsonDict, connect_timeout: float) -> None:
         raw = json.dumps(body)
         while True:
-            conn = await self.wait_connected(timeout)
+            conn = await self.wait_connected(connect_timeout)
             try:
                 self.envelopes.append(
                     SentEnvelope(body["envelope_id"], body["type"], body, time.perf_counter(), conn.id)
@@ -1157,13 +1157,13 @@ class FakeSlack:
         retry_num: int | None = None,
         retry_reason: str = "timeout",
         team_id: str = TEAM_ID,
-        timeout: float = 10.0,  # noqa: ASYNC109 - how long to wait for a connection
+        connect_timeout: float = 10.0,
     ) -> str:
         """Deliver an Events API event exactly as Slack wraps it. Reuse ``event_id`` with ``retry_num`` to
         simulate Slack's redelivery of an event it thinks was not acked. Returns the envelope_id."""
         payload = event_callback_body(event, event_id=event_id, team_id=team_id)
         extra = {"retry_attempt": retry_num or 0, "retry_reason": retry_reason if retry_num else ""}
-        return await self.send_envelope("events_api", payload, extra=extra, timeout=timeout)
+        return await self.send_envelope("events_api", payload, extra=extra, connect_timeout=connect_timeout)
 
     async def redeliver(self, envelope_id: str, reason: str = "timeout") -> str:
         """Resend an events_api envelope the way Slack retries: new envelope_id, same event_id, retry_attempt+1."""
