@@ -31,6 +31,11 @@ def client(slack: FakeSlack) -> AsyncWebClient:
     return AsyncWebClient(token="xoxb-test", base_url=slack.api_url)
 
 
+async def connect(handler: AsyncSocketModeHandler) -> None:
+    """Open the Socket Mode session (bolt's method is untyped)."""
+    await handler.connect_async()  # type: ignore[no-untyped-call]
+
+
 async def noop_listener() -> None:
     """A bolt listener that does nothing (so the event is acked)."""
 
@@ -43,7 +48,7 @@ async def socket_app(slack: FakeSlack) -> AsyncIterator[tuple[AsyncApp, AsyncSoc
     try:
         yield app, handler
     finally:
-        await handler.close_async()
+        await handler.close_async()  # type: ignore[no-untyped-call]
 
 
 async def test_api_url_and_auth_test(slack: FakeSlack, client: AsyncWebClient) -> None:
@@ -214,7 +219,8 @@ async def test_hold_and_latency(slack: FakeSlack, client: AsyncWebClient) -> Non
     gate = slack.hold("chat.update")
     ts = (await client.chat_postMessage(channel="C1", text="a"))["ts"]
     update = asyncio.create_task(client.chat_update(channel="C1", ts=ts, text="b"))
-    await asyncio.sleep(0.05)
+    held = await slack.wait_for(lambda: slack.pending, timeout=5)
+    assert held[0].method == "chat.update" and held[0].params["text"] == "b"
     assert slack.message("C1", ts).text == "a" and not update.done()
     gate.set()
     await update
@@ -237,7 +243,7 @@ async def test_bolt_socket_mode_receives_mention_and_acks(
         seen.append(event)
         got.set()
 
-    await handler.connect_async()
+    await connect(handler)
     conn = await slack.wait_connected(timeout=10)
     assert conn.open and slack.calls_to("apps.connections.open")[0].token == "xapp-test"
 
@@ -265,7 +271,7 @@ async def test_bolt_interactive_respond_replaces_original(
     client = AsyncWebClient(token="xoxb-test", base_url=slack.api_url)
     root = slack.user_message("C1", "go")
     ts = (await client.chat_postMessage(channel="C1", thread_ts=root["ts"], text="running"))["ts"]
-    await handler.connect_async()
+    await connect(handler)
     payload = slack.block_action("C1", ts, "cancel", "stop", user="U4")
     assert payload["container"]["thread_ts"] == root["ts"]
     envelope_id = await slack.send_interactive(payload)
@@ -284,7 +290,7 @@ async def test_socket_mode_reconnects_after_drop_and_disconnect(
     async def on_message(event: dict[str, str]) -> None:
         events.append(event["text"])
 
-    await handler.connect_async()
+    await connect(handler)
     await slack.wait_connected()
     await slack.drop_connections()
     await slack.wait_connected(total=2)
@@ -300,7 +306,7 @@ async def test_socket_mode_reconnects_after_drop_and_disconnect(
 async def test_redelivery_keeps_event_id(slack: FakeSlack, socket_app: tuple[AsyncApp, AsyncSocketModeHandler]) -> None:
     app, handler = socket_app
     app.event("message")(noop_listener)  # bolt does not ack events nobody listens to
-    await handler.connect_async()
+    await connect(handler)
     first = await slack.send_event(slack.user_message("C1", "x"), event_id="Ev123")
     second = await slack.redeliver(first)
     await slack.wait_ack(second)
@@ -314,7 +320,7 @@ async def test_stop_closes_live_sessions(socket_app: tuple[AsyncApp, AsyncSocket
     _, handler = socket_app
     async with FakeSlack() as other:
         handler.client.web_client.base_url = other.api_url
-        await handler.connect_async()
+        await connect(handler)
         await other.wait_connected()
         handler.client.auto_reconnect_enabled = False
         handler.client.default_auto_reconnect_enabled = False

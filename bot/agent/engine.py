@@ -106,6 +106,12 @@ class Engine:
         """Stop the session's calls but let the turn go on; the model is told they were cancelled."""
         return await self._registry.cancel_session(session_key, by=by)
 
+    async def wait_turn(self, session_key: str) -> None:
+        """Wait until the session's running turn (if any) has ended."""
+        session = self._sessions.get(session_key)
+        while session is not None and session.task is not None and not session.task.done():
+            await asyncio.wait([session.task])
+
     async def settle(self, session_key: str) -> list[TurnOutcome]:
         """Wait until the session has no turn, no open call and no undelivered result; return its outcomes."""
         session = self._session(session_key)

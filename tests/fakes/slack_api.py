@@ -376,7 +376,8 @@ class FakeSlack:
         self.poll_interval = poll_interval
         self.ws_close_timeout = ws_close_timeout
 
-        self.calls: list[ApiCall] = []
+        self.calls: list[ApiCall] = []  # answered calls, in answer order
+        self.pending: list[ApiCall] = []  # calls received but not answered yet (latency / hold)
         self.users: dict[str, JsonDict] = {}
         self.channels: dict[str, JsonDict] = {}
         self.ephemerals: list[EphemeralMessage] = []
@@ -466,7 +467,7 @@ class FakeSlack:
 
     async def wait_for(
         self,
-        predicate: Callable[[], T],
+        predicate: Callable[[], T | None],
         timeout: float = 10.0,  # noqa: ASYNC109 - a deadline is the point of this helper
         description: str | None = None,
     ) -> T:
@@ -613,22 +614,28 @@ class FakeSlack:
     # ---- Web API ------------------------------------------------------------------------------------------
 
     async def _handle_api(self, request: web.Request) -> web.Response:
-        method = request.match_info["method"]
+        """Record the call as in flight (``pending``), apply latency/hold, answer, then move it to ``calls``."""
         arrived = time.perf_counter()
         params = await _read_params(request)
         auth = request.headers.get("Authorization", "")
-        token = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else params.pop("token", None)
+        token = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else params.get("token")
         params.pop("token", None)
-        if self._latency.get(method):
-            await asyncio.sleep(self._latency[method])
-        if method in self._holds:
-            await self._holds[method].wait()
-        status, body, headers = self._respond(method, params, token)
-        self.calls.append(ApiCall(method, params, arrived, body, status, token, request.method))
-        if status == 429:
-            self.rate_limited[method] += 1
+        call = ApiCall(request.match_info["method"], params, arrived, token=token, http_method=request.method)
+        self.pending.append(call)
         self._notify()
-        return web.json_response(body, status=status, headers=headers)
+        try:
+            if self._latency.get(call.method):
+                await asyncio.sleep(self._latency[call.method])
+            if call.method in self._holds:
+                await self._holds[call.method].wait()
+            call.status, call.response, headers = self._respond(call.method, params, token)
+        finally:
+            self.pending.remove(call)
+        self.calls.append(call)
+        if call.status == 429:
+            self.rate_limited[call.method] += 1
+        self._notify()
+        return web.json_response(call.response, status=call.status, headers=headers)
 
     def _respond(self, method: str, params: JsonDict, token: str | None) -> tuple[int, JsonDict, dict[str, str]]:
         early = self._injected_failure(method) or self._rate_limited(method, params)
@@ -836,7 +843,8 @@ class FakeSlack:
             raise SlackError("thread_not_found")
         replies = [m for m in thread if m is not root]
         # The parent always comes first, whatever the oldest/latest window (as on real Slack).
-        items = [self._thread_json(root, replies)] + [m.to_api() for m in self._window(replies, params)]
+        shown = [m.to_api() | {"parent_user_id": root.user} for m in self._window(replies, params)]
+        items = [self._thread_json(root, replies), *shown]
         return self._page(items, params)
 
     def _conversations_history(self, params: JsonDict, token: str | None) -> JsonDict:
@@ -922,7 +930,9 @@ class FakeSlack:
         target = self._response_urls.get(request.match_info["id"])
         if target is None:
             return web.Response(status=404, text="expired_url", content_type="text/plain")
-        body = await request.json() if request.content_type == "application/json" else dict(await request.post())
+        body: JsonDict = (
+            await request.json() if request.content_type == "application/json" else dict(await request.post())
+        )
         channel, ts = target
         self.response_url_posts.append(ResponseUrlPost(channel, ts, body, time.perf_counter()))
         message = self._messages.get(target)

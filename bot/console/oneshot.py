@@ -1,0 +1,125 @@
+"""`python -m bot oneshot`: one turn, one JSON object on stdout.
+
+Without `--wait-for-async` it never waits for a background call: at the first
+point where the turn would wait, it prints what it has plus a continuation
+token and exits; the calls it leaves behind end `orphaned`. `--resume TOKEN`
+picks the session up again and the model learns what became of them.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from bot.agent import protocol
+from bot.app import open_core
+from bot.calls.models import ToolCall
+from bot.config import Settings
+from bot.errors import ThreadbotError
+from bot.types import TurnOutcome
+
+
+@dataclass
+class CollectingOutput:
+    """Keeps what a JSON report needs: the text, every call seen, and the errors."""
+
+    text: list[str] = field(default_factory=list)
+    calls: dict[str, ToolCall] = field(default_factory=dict)
+    notices: list[str] = field(default_factory=list)
+
+    def turn_started(self, session_key: str) -> None:
+        if self.text and not self.text[-1].endswith("\n"):
+            self.text.append("\n")
+
+    def text_delta(self, session_key: str, delta: str) -> None:
+        self.text.append(delta)
+
+    def text_done(self, session_key: str) -> None:
+        pass
+
+    def calls_started(self, session_key: str, calls: list[ToolCall]) -> None:
+        for call in calls:
+            self.calls[call.id] = call
+
+    def call_changed(self, call: ToolCall) -> None:
+        self.calls[call.id] = call
+
+    def notice(self, session_key: str, text: str) -> None:
+        self.notices.append(text)
+
+    def reminder(self, session_key: str, text: str) -> None:
+        self.notices.append(f"reminder: {text}")
+
+    def turn_finished(self, outcome: TurnOutcome) -> None:
+        pass
+
+
+def encode_token(session_key: str, call_ids: list[str]) -> str:
+    raw = json.dumps({"session": session_key, "calls": call_ids}).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_token(token: str) -> tuple[str, list[str]]:
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        return str(data["session"]), [str(call_id) for call_id in data["calls"]]
+    except (binascii.Error, ValueError, KeyError, TypeError):
+        raise ThreadbotError("the continuation token is not valid") from None
+
+
+async def oneshot(
+    settings: Settings,
+    prompt: str | None,
+    *,
+    session: str | None = None,
+    resume: str | None = None,
+    wait_for_async: bool = False,
+) -> dict[str, Any]:
+    """Run the turn and build the report; raises `ThreadbotError` for problems worth a JSON error."""
+    earlier_calls: list[str] = []
+    if resume:
+        session_key, earlier_calls = decode_token(resume)
+    else:
+        session_key = f"oneshot:{session or uuid.uuid4().hex[:12]}"
+    output = CollectingOutput()
+    async with open_core(settings, output, abandon_on_exit=not wait_for_async) as core:
+        if resume and await core.store.get_session(session_key) is None:
+            raise ThreadbotError(f"nothing to resume: no session {session_key!r} in {settings.db_path}")
+        content = [protocol.text_block(prompt)] if prompt else []
+        outcome = await core.engine.run_turn(session_key, content, stop_at_first_wait=not wait_for_async)
+        if wait_for_async:
+            await core.engine.settle(session_key)
+        for call_id in earlier_calls:
+            if (call := await core.registry.find(call_id, session_key=session_key)) is not None:
+                output.calls.setdefault(call_id, call)
+        report = _report(session_key, output, outcome)
+    return report
+
+
+def _report(session_key: str, output: CollectingOutput, outcome: TurnOutcome | None) -> dict[str, Any]:
+    pending = outcome.pending_call_ids if outcome else []
+    report: dict[str, Any] = {
+        "session": session_key,
+        "text": "".join(output.text).strip(),
+        "tool_calls": [
+            {
+                "id": call.id,
+                "name": call.tool_name,
+                "input": call.input,
+                "status": call.status.value,
+                "result": call.result,
+                "error": call.error,
+            }
+            for call in output.calls.values()
+        ],
+        "continuation": encode_token(session_key, pending) if pending else None,
+    }
+    if output.notices:
+        report["notices"] = output.notices
+    if outcome is not None and outcome.error:
+        report["error"] = outcome.error
+    return report
