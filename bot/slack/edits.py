@@ -1,0 +1,291 @@
+"""One scheduler for every ``chat.update`` of the process: Slack's edit budget, spent where it matters.
+
+Why a single one: ``chat.update`` is limited per method per workspace (Tier 3, about 50 a minute), so a throttle
+in each renderer would still add up to 429s. Here each message keeps only its newest desired state, edits of one
+message are spaced, a token bucket keeps the whole process under the rate, a 429 pauses every edit until its
+``Retry-After``, and a final state is retried until it lands or Slack says the message is gone.
+
+One call is in flight at a time, on purpose: the budget (about one a second) is far below what latency allows,
+edits of one message can never overtake each other, and while slack_sdk's ``AsyncRateLimitErrorRetryHandler``
+sleeps out a 429 inside a call, every other edit waits too, which is what Slack asks for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]  # (channel, ts)
+
+# chat.update errors meaning the message can no longer be edited: retrying cannot help.
+GONE_ERRORS = frozenset(
+    {"message_not_found", "channel_not_found", "cant_update_message", "is_archived", "edit_window_closed"}
+)
+# ok:false errors that say "try again later" rather than "this request is wrong".
+TRANSIENT_ERRORS = frozenset({"ratelimited", "fatal_error", "internal_error", "service_unavailable", "request_timeout"})
+BACKOFF_BASE_S = 0.25
+BACKOFF_MAX_S = 30.0
+# How many finalised messages to remember, so a late progress update cannot overwrite a final one.
+FINAL_MEMORY = 4096
+
+
+@dataclass
+class EditStats:
+    """Counters for logs, metrics and tests."""
+
+    sent: int = 0  # chat.update calls that landed
+    coalesced: int = 0  # unsent states replaced by a newer state of the same message
+    rate_limited: int = 0  # 429s that reached us (the SDK's retry handler may absorb some first)
+    retried: int = 0  # failed attempts queued again (429, 5xx, network, rejected finals)
+    dropped_nonfinal: int = 0  # non-final states given up: rejected, after the message's final, or at close()
+    gone: int = 0  # states given up because the message can no longer be edited (final or not)
+
+
+@dataclass
+class _Edit:
+    channel: str
+    ts: str
+    text: str
+    blocks: list[dict[str, Any]] | None
+    final: bool
+    since: float  # when this message started waiting: the longest wait goes first
+    not_before: float  # backoff after a failure
+    attempts: int = 0
+
+
+class TokenBucket:
+    """``capacity`` calls at once, refilled at ``rate`` per second. Pure (time is passed in) so it tests alone."""
+
+    def __init__(self, rate: float, capacity: int, now: float) -> None:
+        self.rate = rate
+        self.capacity = float(capacity)
+        self.tokens = float(capacity)
+        self.updated = now
+
+    def wait_s(self, now: float) -> float:
+        """Seconds until a token is available (0: now)."""
+        self._refill(now)
+        return 0.0 if self.tokens >= 1.0 - 1e-9 else (1.0 - self.tokens) / self.rate
+
+    def take(self, now: float) -> None:
+        self._refill(now)
+        self.tokens -= 1.0
+
+    def drain(self, now: float) -> None:
+        """Slack said we are over its limit: whatever we believed we had saved, we have not."""
+        self._refill(now)
+        self.tokens = min(self.tokens, 0.0)
+
+    def _refill(self, now: float) -> None:
+        self.tokens = min(self.capacity, self.tokens + max(0.0, now - self.updated) * self.rate)
+        self.updated = max(self.updated, now)
+
+
+class EditScheduler:
+    """Owns every ``chat.update`` of the process; renderers call ``update()`` as often as they like."""
+
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        *,
+        per_minute: float = 50,
+        burst: int = 10,
+        min_interval_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.stats = EditStats()
+        self._client = client
+        self._min_interval_s = min_interval_s
+        self._clock = clock
+        self._bucket = TokenBucket(per_minute / 60.0, burst, clock())
+        self._pending: dict[Key, _Edit] = {}
+        self._last_sent: dict[Key, float] = {}  # only messages edited within the last min_interval_s
+        self._finalized: OrderedDict[Key, None] = OrderedDict()
+        self._paused_until = 0.0
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+
+    def update(
+        self, channel: str, ts: str, *, text: str, blocks: list[dict[str, Any]] | None = None, final: bool = False
+    ) -> None:
+        """Record the newest desired state of a message; never blocks, never raises for Slack's sake.
+
+        ``final=True`` is the message's last word: it is retried until it lands (or the message is gone), and
+        later non-final states of that message are ignored, so a late progress tick cannot undo "done". A newer
+        final still replaces it."""
+        key = (channel, ts)
+        old = self._pending.get(key)
+        if not final and (self._closing or key in self._finalized or (old is not None and old.final)):
+            self.stats.dropped_nonfinal += 1
+            return
+        if old is not None:
+            self.stats.coalesced += 1
+        now = self._clock()
+        self._pending[key] = _Edit(
+            channel,
+            ts,
+            text,
+            blocks,
+            final,
+            since=old.since if old else now,
+            not_before=old.not_before if old else now,
+            attempts=old.attempts if old else 0,
+        )
+        if final:
+            self._finalized[key] = None
+            self._finalized.move_to_end(key)
+            if len(self._finalized) > FINAL_MEMORY:
+                self._finalized.popitem(last=False)
+        self._idle.clear()
+        self._wake.set()
+
+    async def start(self) -> None:
+        """Start the worker in the running loop (not in ``__init__``: the loop may not exist yet)."""
+        if self._closing:
+            raise RuntimeError("EditScheduler is closed")
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="slack-edit-scheduler")
+
+    async def close(self, timeout_s: float = 10.0) -> None:
+        """Drop pending progress, flush pending finals within ``timeout_s`` (still within the budget), stop."""
+        self._closing = True
+        for key, edit in list(self._pending.items()):
+            if not edit.final:
+                del self._pending[key]
+                self.stats.dropped_nonfinal += 1
+        self._wake.set()
+        if self._task is not None:
+            with contextlib.suppress(TimeoutError):
+                await self.idle(timeout_s)
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._pending:
+            log.warning("shutting down with %d final message edits undelivered", len(self._pending))
+        self._idle.set()
+
+    async def idle(self, timeout_s: float | None = None) -> None:
+        """Wait until nothing is pending or in flight; TimeoutError after ``timeout_s``."""
+        await asyncio.wait_for(self._idle.wait(), timeout_s)
+
+    # ---- the worker ------------------------------------------------------------------------------------------
+
+    def _ready_at(self, edit: _Edit) -> float:
+        """Spacing is checked here, not when the state is recorded, so an edit queued during its message's
+        previous call still waits ``min_interval_s`` after that call lands."""
+        last = self._last_sent.get((edit.channel, edit.ts))
+        return edit.not_before if last is None else max(edit.not_before, last + self._min_interval_s)
+
+    def _due_in(self, now: float) -> float | None:
+        """Seconds until the next edit may go (0: now); None when nothing is pending."""
+        if not self._pending:
+            return None
+        soonest = min(self._ready_at(e) for e in self._pending.values())
+        return max(0.0, self._paused_until - now, self._bucket.wait_s(now), soonest - now)
+
+    def _pick(self, now: float) -> _Edit:
+        """Finals before progress, then the message that has waited longest (fairness across threads)."""
+        due = (e for e in self._pending.values() if self._ready_at(e) <= now)
+        edit = min(due, key=lambda e: (not e.final, e.since))
+        del self._pending[(edit.channel, edit.ts)]
+        return edit
+
+    async def _run(self) -> None:
+        """Sleep on the wake event or until the next edit is due; there is no polling tick."""
+        while True:
+            self._wake.clear()
+            delay = self._due_in(self._clock())
+            if delay is None:
+                self._idle.set()
+                await self._wake.wait()
+            elif delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), delay)
+            else:
+                await self._send(self._pick(self._clock()))
+
+    async def _send(self, edit: _Edit) -> None:
+        self._bucket.take(self._clock())
+        try:
+            await self._client.chat_update(channel=edit.channel, ts=edit.ts, text=edit.text, blocks=edit.blocks)
+        except SlackApiError as exc:
+            self._on_api_error(edit, exc)
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            log.warning("chat.update %s/%s failed (%r); retrying", edit.channel, edit.ts, exc)
+            self._requeue(edit, backoff=True)
+        except Exception:  # a bug or an SDK surprise must neither kill the only worker nor lose a final
+            log.exception("chat.update %s/%s raised unexpectedly; retrying", edit.channel, edit.ts)
+            self._requeue(edit, backoff=True)
+        else:
+            now = self._clock()
+            self.stats.sent += 1
+            self._last_sent = {k: t for k, t in self._last_sent.items() if t > now - self._min_interval_s}
+            self._last_sent[(edit.channel, edit.ts)] = now
+
+    def _on_api_error(self, edit: _Edit, exc: SlackApiError) -> None:
+        status: int = exc.response.status_code
+        data = exc.response.data
+        error = data.get("error") if isinstance(data, dict) else None
+        where = f"{edit.channel}/{edit.ts}"
+        if status == 429:
+            pause_s = _retry_after_s(exc.response.headers)
+            now = self._clock()
+            self.stats.rate_limited += 1
+            self._paused_until = max(self._paused_until, now + pause_s)
+            self._bucket.drain(now)
+            log.warning("chat.update rate limited at %s; pausing all edits for %.0fs", where, pause_s)
+            self._requeue(edit, backoff=False)
+        elif status >= 500 or error in TRANSIENT_ERRORS:
+            log.warning("chat.update %s failed (HTTP %d, %s); retrying", where, status, error)
+            self._requeue(edit, backoff=True)
+        elif error in GONE_ERRORS:
+            self.stats.gone += 1
+            log.info("chat.update %s: %s; giving up on this message", where, error)
+        elif edit.final:
+            log.error("chat.update %s rejected a final state (%s); retrying with backoff", where, error)
+            self._requeue(edit, backoff=True)
+        else:
+            self.stats.dropped_nonfinal += 1
+            log.warning("chat.update %s rejected a progress state (%s); dropped", where, error)
+
+    def _requeue(self, edit: _Edit, *, backoff: bool) -> None:
+        """Put a failed state back, unless a newer one arrived meanwhile: it wins, keeping the place in line."""
+        self.stats.retried += 1
+        edit.attempts += 1
+        if backoff:
+            delay_s = min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** (edit.attempts - 1))
+            edit.not_before = self._clock() + delay_s * (1.0 + random.random() / 4)  # jitter: no lockstep retries
+        key = (edit.channel, edit.ts)
+        newer = self._pending.get(key)
+        if newer is None:
+            self._pending[key] = edit
+            return
+        self.stats.coalesced += 1
+        newer.since = min(newer.since, edit.since)
+        newer.not_before = max(newer.not_before, edit.not_before)
+        newer.attempts = edit.attempts
+
+
+def _retry_after_s(headers: Mapping[str, str]) -> float:
+    """Slack sends whole seconds; anything unreadable means 1 s rather than no pause at all."""
+    try:
+        return max(1.0, float(headers.get("Retry-After", "1")))
+    except (TypeError, ValueError):
+        return 1.0

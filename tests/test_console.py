@@ -1,0 +1,169 @@
+"""The console and oneshot commands, run as real processes against the fake Messages API."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from fakes.anthropic_api import FakeAnthropic, Reply, tool_use, user_texts
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeAnthropic]:
+    async with FakeAnthropic() as server:
+        yield server
+
+
+def bot_env(fake: FakeAnthropic, data_dir: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BOT_", "SLACK_", "ANTHROPIC_"))}
+    env.update(
+        ANTHROPIC_BASE_URL=fake.url,
+        ANTHROPIC_API_KEY="test",
+        BOT_DATA_DIR=str(data_dir),
+        PYTHONPATH=str(ROOT),
+        **extra,
+    )
+    return env
+
+
+async def run_bot(
+    *args: str, env: dict[str, str], cwd: Path, stdin: bytes = b"", timeout_s: float = 30
+) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+        cwd=cwd,
+    )
+    out, err = await asyncio.wait_for(process.communicate(stdin), timeout_s)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def test_console_through_a_pipe_chats_and_shows_tool_progress(fake: FakeAnthropic, tmp_path: Path) -> None:
+    fake.script(Reply.tools(tool_use("wordcount", {"text": "one two three"}), text="Counting."), Reply.text_only("3 words."))
+    code, out, err = await run_bot("console", env=bot_env(fake, tmp_path), cwd=tmp_path, stdin=b"count my words\n")
+    assert code == 0, err
+    assert "assistant: Counting." in out
+    assert "✅ wordcount(text=one two three)" in out
+    assert "assistant: 3 words." in out
+    assert fake.rejections == []
+
+
+async def test_console_line_typed_during_a_tool_is_an_injection(fake: FakeAnthropic, tmp_path: Path) -> None:
+    gate = asyncio.Event()
+    fake.script(
+        Reply.tools(tool_use("sleep_for", {"seconds": 30}), text="Sleeping.", hold=gate),
+        Reply.text_only("Skipping the sleep."),
+        Reply.text_only("Noted the cancelled sleep."),
+    )
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        "console",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=bot_env(fake, tmp_path),
+        cwd=tmp_path,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write(b"sleep for thirty seconds\n")
+    await process.stdin.drain()
+    await fake.wait_for_requests(1)
+    gate.set()
+    line = await asyncio.wait_for(process.stdout.readline(), 10)
+    while b"sleep_for" not in line:
+        line = await asyncio.wait_for(process.stdout.readline(), 10)
+    process.stdin.write(b"actually skip the sleep\n")
+    await process.stdin.drain()
+    requests = await fake.wait_for_requests(2)
+    assert "[mid-turn user note] actually skip the sleep" in user_texts(requests[1])
+    # The yielded sleep is still running: Ctrl-C-free way out is closing stdin, then SIGINT cancels it.
+    process.send_signal(signal.SIGINT)
+    process.stdin.close()
+    await asyncio.wait_for(process.wait(), 20)
+    assert fake.rejections == []
+
+
+async def test_oneshot_prints_json(fake: FakeAnthropic, tmp_path: Path) -> None:
+    fake.script(Reply.tools(tool_use("now", {})), Reply.text_only("It is now."))
+    code, out, err = await run_bot("oneshot", "what time is it?", env=bot_env(fake, tmp_path), cwd=tmp_path)
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["text"] == "It is now."
+    assert report["session"].startswith("oneshot:")
+    assert [(c["name"], c["status"]) for c in report["tool_calls"]] == [("now", "completed")]
+    assert report["continuation"] is None
+
+
+async def test_oneshot_without_wait_stops_at_the_first_wait_and_resumes(fake: FakeAnthropic, tmp_path: Path) -> None:
+    fake.script(Reply.tools(tool_use("sleep_for", {"seconds": 60}), tool_use("now", {}), text="Working."))
+    env = bot_env(fake, tmp_path)
+    code, out, err = await run_bot("oneshot", "sleep a minute", env=env, cwd=tmp_path)
+    assert code == 0, err
+    report = json.loads(out)
+    statuses = {c["name"]: c["status"] for c in report["tool_calls"]}
+    assert statuses == {"sleep_for": "running", "now": "completed"}
+    assert report["text"] == "Working."
+    assert report["continuation"]
+    assert len(fake.requests) == 1
+
+    fake.script(Reply.text_only("The sleep was lost when the process exited."))
+    code, out, err = await run_bot("oneshot", "--resume", report["continuation"], env=env, cwd=tmp_path)
+    assert code == 0, err
+    resumed = json.loads(out)
+    assert resumed["session"] == report["session"]
+    assert {c["name"]: c["status"] for c in resumed["tool_calls"]} == {"sleep_for": "orphaned"}
+    note = "\n".join(user_texts(fake.requests[-1]))
+    assert "[background tool result] sleep_for" in note and "orphaned" in note
+    assert fake.rejections == []
+
+
+async def test_oneshot_wait_for_async_waits_for_background_calls(fake: FakeAnthropic, tmp_path: Path) -> None:
+    fake.script(
+        Reply.tools(tool_use("sleep_for", {"seconds": 1}), tool_use("now", {})),
+        Reply.text_only("Now is known; the sleep still runs."),
+        Reply.text_only("The sleep finished."),
+    )
+    env = bot_env(fake, tmp_path, BOT_YIELD_STRATEGY="on_any_progress")
+    code, out, err = await run_bot("oneshot", "--wait-for-async", "sleep and tell time", env=env, cwd=tmp_path)
+    assert code == 0, err
+    report = json.loads(out)
+    assert {c["name"]: c["status"] for c in report["tool_calls"]} == {"sleep_for": "completed", "now": "completed"}
+    assert "The sleep finished." in report["text"]
+    assert "[background tool result] sleep_for" in "\n".join(user_texts(fake.requests[-1]))
+    assert fake.rejections == []
+
+
+async def test_bad_configuration_is_one_line(fake: FakeAnthropic, tmp_path: Path) -> None:
+    env = bot_env(fake, tmp_path, BOT_YIELD_STRATEGY="sometimes")
+    code, out, err = await run_bot("oneshot", "hi", env=env, cwd=tmp_path)
+    assert code == 2
+    assert err.strip().splitlines() == [
+        "threadbot: configuration error: BOT_YIELD_STRATEGY: unknown strategy 'sometimes';"
+        " use when_all_done, on_any_progress or on_timeout:MS"
+    ]
+
+
+async def test_oneshot_model_overloaded_gives_json_error(fake: FakeAnthropic, tmp_path: Path) -> None:
+    from fakes.anthropic_api import Failure
+
+    fake.default = Failure(529)
+    code, out, err = await run_bot("oneshot", "hi", env=bot_env(fake, tmp_path), cwd=tmp_path)
+    assert code == 1
+    assert "overloaded" in json.loads(out)["error"]
