@@ -22,8 +22,10 @@ from bot.calls.registry import CallRegistry
 from bot.calls.system_tools import system_tools
 from bot.config import Settings
 from bot.model.anthropic import AnthropicProvider
+from bot.schedule import Scheduler, build_scheduler
+from bot.schedule.firing import Clock
 from bot.store import Store
-from bot.types import EngineOutput, Provider
+from bot.types import EngineOutput, Provider, TimezoneLookup
 from tools import builtin_tools
 
 log = logging.getLogger(__name__)
@@ -39,6 +41,7 @@ class Core:
     toolbox: Toolbox
     engine: Engine
     provider: Provider
+    scheduler: Scheduler
 
 
 def anthropic_provider(settings: Settings, *, max_retries: int = 2) -> AnthropicProvider:
@@ -55,11 +58,17 @@ async def open_core(
     provider: Provider | None = None,
     prompt_extra: str = "",
     abandon_on_exit: bool = False,
+    user_timezone: TimezoneLookup | None = None,
+    clock: Clock | None = None,
+    session_prefixes: tuple[str, ...] = (),
 ) -> AsyncIterator[Core]:
     """Build the engine around `output`; on exit stop turns and calls, then close the store.
 
     With `abandon_on_exit` (oneshot) calls still running are left `orphaned` instead
     of being waited for: the process is going away without finishing them.
+    `user_timezone` names the asking person's zone for reminders (the Slack edge
+    passes a `users.info` lookup); `clock` is "now" for the scheduler (tests);
+    `session_prefixes` keeps the scheduler to this edge's sessions.
     """
     async with contextlib.AsyncExitStack() as stack:
         store = await Store.open(settings.db_path)
@@ -97,10 +106,24 @@ async def open_core(
         engine = Engine(
             runner=runner, registry=registry, store=store, max_injections_per_turn=settings.bot_max_injections_per_turn
         )
-        core = Core(settings, store, registry, toolbox, engine, provider)
+        scheduler = build_scheduler(
+            settings,
+            store=store,
+            engine=engine,
+            output=output,
+            provider=provider,
+            toolbox=toolbox,
+            user_timezone=user_timezone,
+            clock=clock,
+            session_prefixes=session_prefixes,
+        )
+        await scheduler.start()
+        stack.push_async_callback(scheduler.stop)
+        core = Core(settings, store, registry, toolbox, engine, provider, scheduler)
         try:
             yield core
         finally:
+            await scheduler.stop()  # first: no wait may come due into an engine that is shutting down
             if abandon_on_exit:
                 await registry.abandon()
                 await engine.shutdown(grace_s=0)

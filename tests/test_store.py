@@ -100,17 +100,18 @@ async def test_reopening_does_not_rerun_migrations(db_path: Path, monkeypatch: p
     for _ in range(3):
         await (await Store.open(db_path)).close()
     assert read_sql(db_path, "SELECT count(*) FROM runs") == [(1,)]
-    assert read_sql(db_path, "PRAGMA user_version") == [(2,)]
+    assert read_sql(db_path, "PRAGMA user_version") == [(len(schema.MIGRATIONS),)]  # the extra one included
 
 
 async def test_failed_migration_raises_and_keeps_last_good_version(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await (await Store.open(db_path)).close()
+    good = len(schema.MIGRATIONS)
     monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, "CREATE TABLE half (x); THIS IS NOT SQL;"])
-    with pytest.raises(StoreError, match=r"cannot open database at .*: migration 2 failed"):
+    with pytest.raises(StoreError, match=rf"cannot open database at .*: migration {good + 1} failed"):
         await Store.open(db_path)
-    assert read_sql(db_path, "PRAGMA user_version") == [(1,)]
+    assert read_sql(db_path, "PRAGMA user_version") == [(good,)]
     assert read_sql(db_path, "SELECT name FROM sqlite_master WHERE name = 'half'") == []
 
 

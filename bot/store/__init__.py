@@ -1,5 +1,6 @@
 """Persistence: the SQLite store behind an intent-level interface (no SQL outside this package)."""
 
+from bot.store.reminders import NewReminder, Reminder, ReminderKind, ReminderStatus
 from bot.store.store import SessionRecord, Store
 
-__all__ = ["SessionRecord", "Store"]
+__all__ = ["NewReminder", "Reminder", "ReminderKind", "ReminderStatus", "SessionRecord", "Store"]

@@ -76,7 +76,27 @@ CREATE TABLE seen_events (
 CREATE INDEX seen_events_by_time ON seen_events(seen_at);
 """
 
-MIGRATIONS: list[str] = [_V1]
+# Waits and reminders (bot/store/reminders.py). AUTOINCREMENT: a cancelled id is never handed out again.
+_V2 = """
+CREATE TABLE reminders (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_key  TEXT NOT NULL REFERENCES sessions(key) ON DELETE CASCADE,
+    kind         TEXT NOT NULL CHECK (kind IN ('wake', 'reminder')),
+    text         TEXT NOT NULL,
+    requester    TEXT,
+    due_at       TEXT NOT NULL,
+    cron         TEXT,
+    zone         TEXT,
+    status       TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'fired', 'cancelled', 'missed')),
+    fired_at     TEXT,
+    created_at   TEXT NOT NULL,
+    CHECK (cron IS NULL OR zone IS NOT NULL)
+);
+CREATE INDEX reminders_due ON reminders(status, due_at);
+CREATE INDEX reminders_by_session ON reminders(session_key, status, due_at);
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2]
 
 # The tool_calls columns, named as `ToolCall.to_record()` names its keys.
 CALL_COLUMNS = (

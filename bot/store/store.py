@@ -27,6 +27,7 @@ import aiosqlite
 
 from bot.calls.models import CallStatus, ToolCall, utcnow
 from bot.errors import StoreError
+from bot.store.reminders import ReminderQueries
 from bot.store.schema import CALL_COLUMNS, call_from_row, call_to_row, dumps, migrate, ts
 
 BUSY_TIMEOUT_MS = 5_000
@@ -78,8 +79,8 @@ def _session(row: sqlite3.Row) -> SessionRecord:
     )
 
 
-class Store:
-    """Sessions, their messages, tool calls and seen events, behind intent-level methods."""
+class Store(ReminderQueries):
+    """Sessions, their messages, tool calls, seen events and (via `ReminderQueries`) reminders."""
 
     def __init__(self, db: aiosqlite.Connection, path: Path) -> None:
         self._db = db

@@ -1,0 +1,148 @@
+"""What happens when a wait or reminder comes due: judge it, claim it, then deliver it.
+
+The order is the point. The row is claimed in the store (a compare-and-set on
+its due time) before anything is delivered, so a fire happens once even if two
+jobs, or two processes, reach it together, and a clean restart never repeats
+one. A reminder is posted as is (no model call); a wait wakes its session
+through the engine, which starts a turn if the session is idle and injects the
+note if one is running. Too late (beyond `max_lateness_s`) means a notice that
+it was missed instead; a cron that missed several runs fires once, for the
+latest of them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+from zoneinfo import ZoneInfo
+
+from bot.agent.engine import Delivery
+from bot.schedule.cron import CronSchedule, latest_run, next_run
+from bot.schedule.timing import Punctuality, Verdict, format_duration, judge, local_text
+from bot.store import Reminder, ReminderKind, ReminderStatus, Store
+from bot.types import EngineOutput
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+
+
+class Waker(Protocol):
+    """The engine's front door, as far as a wake-up needs it (`Engine.submit`)."""
+
+    def submit(self, session_key: str, content: str) -> Delivery: ...
+
+
+def wake_note(reason: str) -> str:
+    return f"[wait elapsed: {reason}]"
+
+
+@dataclass(frozen=True, slots=True)
+class FireReport:
+    """The outcome of one firing, for listeners (metrics, tests, the benchmark)."""
+
+    reminder_id: int
+    started_at: datetime
+    """The clock when the job began, before any store or edge work."""
+    due_at: datetime | None = None
+    """The run that was judged (for a cron, the latest one that came due)."""
+    verdict: Verdict | None = None
+    """None when nothing was delivered or reported: not pending any more, or another firing won."""
+    next_due_at: datetime | None = None
+    """When the row is due next if it is still pending (a cron, or a row another process moved)."""
+
+    @property
+    def lateness_s(self) -> float | None:
+        return None if self.due_at is None else (self.started_at - self.due_at).total_seconds()
+
+    @property
+    def delivered(self) -> bool:
+        return self.verdict is not None and self.verdict.punctuality is not Punctuality.MISSED
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A firing decided and recorded; `reminder` is set only when this firing won and has something to hand over."""
+
+    report: FireReport
+    reminder: Reminder | None = None
+
+
+class Firer:
+    """Fires in two steps, `claim` (async: the store) then `deliver` (sync: the edge or engine), so the
+    caller can schedule the next run in between and a failing edge never loses a cron's next run."""
+
+    def __init__(
+        self, *, store: Store, waker: Waker, output: EngineOutput, zone: ZoneInfo, max_lateness_s: float, clock: Clock
+    ) -> None:
+        self._store = store
+        self._waker = waker
+        self._output = output
+        self._zone = zone
+        self._max_lateness_s = max_lateness_s
+        self._clock = clock
+
+    async def claim(self, reminder_id: int) -> Claim:
+        """Judge the row and record the outcome in the store; nothing is delivered yet."""
+        started = self._clock()
+        reminder = await self._store.get_reminder(reminder_id)
+        if reminder is None or reminder.status is not ReminderStatus.PENDING:
+            return Claim(FireReport(reminder_id, started))
+        if reminder.cron is not None:
+            return await self._claim_cron(reminder, started)
+        verdict = judge(reminder.due_at, started, max_lateness_s=self._max_lateness_s)
+        outcome = ReminderStatus.MISSED if verdict.punctuality is Punctuality.MISSED else ReminderStatus.FIRED
+        claimed = await self._store.claim_reminder(reminder_id, due_at=reminder.due_at, outcome=outcome, at=started)
+        if claimed is None:
+            return await self._lost(reminder_id, started)
+        return Claim(FireReport(reminder_id, started, reminder.due_at, verdict), reminder)
+
+    def deliver(self, claim: Claim) -> None:
+        """Hand a won claim over: a reminder to the edge, a wait to the engine, a miss as a notice."""
+        reminder, report = claim.reminder, claim.report
+        if reminder is None or report.verdict is None or report.due_at is None:
+            return
+        key = reminder.session_key
+        if report.verdict.punctuality is Punctuality.MISSED:
+            self._output.notice(key, self._missed_text(reminder, report.due_at, report.verdict, report.next_due_at))
+        elif reminder.kind is ReminderKind.WAKE:
+            if self._waker.submit(key, wake_note(reminder.text) + report.verdict.marker) is Delivery.REFUSED:
+                log.error("wait %d of %s came due while the engine was shutting down", reminder.id, key)
+        else:
+            self._output.reminder(key, reminder.text + report.verdict.marker)
+
+    async def _claim_cron(self, reminder: Reminder, started: datetime) -> Claim:
+        assert reminder.cron is not None
+        schedule = CronSchedule.parse(reminder.cron)
+        zone = ZoneInfo(reminder.zone or self._zone.key)
+        due = latest_run(schedule, zone, due=reminder.due_at, now=started, horizon_s=self._max_lateness_s)
+        verdict = judge(due, started, max_lateness_s=self._max_lateness_s)
+        following = next_run(schedule, zone, max(started, due))
+        if following is None:  # cannot happen for a schedule that was due once; never loop on it
+            log.error("cron reminder %d (%r) has no next run; leaving it unscheduled", reminder.id, reminder.cron)
+            return Claim(FireReport(reminder.id, started))
+        fired_at = started if verdict.punctuality is not Punctuality.MISSED else None
+        advanced = await self._store.advance_reminder(
+            reminder.id, due_at=reminder.due_at, next_due_at=following, fired_at=fired_at
+        )
+        if advanced is None:
+            return await self._lost(reminder.id, started)
+        return Claim(FireReport(reminder.id, started, due, verdict, next_due_at=following), reminder)
+
+    async def _lost(self, reminder_id: int, started: datetime) -> Claim:
+        """Another firing (or a cancel) changed the row first; say when it is due now, if still pending."""
+        current = await self._store.get_reminder(reminder_id)
+        next_due = current.due_at if current is not None and current.status is ReminderStatus.PENDING else None
+        return Claim(FireReport(reminder_id, started, next_due_at=next_due))
+
+    def _missed_text(self, reminder: Reminder, due: datetime, verdict: Verdict, following: datetime | None) -> str:
+        zone = ZoneInfo(reminder.zone or self._zone.key)
+        what = "A wait" if reminder.kind is ReminderKind.WAKE else "A reminder"
+        late = format_duration(verdict.lateness_s, coarse=True)
+        text = f"⏰ {what} was missed (due {local_text(due, zone)}, {late} ago, too late to deliver): {reminder.text}"
+        if following is not None:
+            text += f" — it repeats; next: {local_text(following, zone)}"
+        return text

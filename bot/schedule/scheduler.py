@@ -1,0 +1,230 @@
+"""The one APScheduler of the process, rebuilt from the store at every start.
+
+APScheduler only keeps time here; the store decides. Every pending wait or
+reminder is one `DateTrigger` job at its row's `due_at` (a cron row's due time
+moves after each run, and its job is added again), so the two can never
+disagree, and a restart is just "read the pending rows, add their jobs". No
+persistent job store: it would pickle callables, and it would be a second source
+of truth.
+
+Job defaults, on purpose:
+- `misfire_grace_time=None`: APScheduler never drops a late job by itself (it
+  would, silently, after 1 s by default); lateness is judged by `firing.py`
+  from the row's due time against `BOT_MAX_LATENESS_S`.
+- `coalesce=True`: a job behind by several runs (the heartbeat after a stall)
+  runs once.
+- `max_instances=1`: a slow heartbeat is never run twice at once.
+
+Job bodies are wrapped: an exception is logged with the job id and goes no
+further, so one bad job never stops the others. Deliveries are shielded from
+cancellation, and `stop` waits for them, so a claimed reminder is never left
+undelivered by a shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobEvent
+from apscheduler.jobstores.base import JobLookupError
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.date import DateTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from bot.calls.models import utcnow
+from bot.schedule.firing import Clock, Firer, FireReport, Waker
+from bot.store import NewReminder, Reminder, ReminderKind, Store
+from bot.types import EngineOutput
+
+log = logging.getLogger(__name__)
+
+JOB_DEFAULTS: dict[str, Any] = {"misfire_grace_time": None, "coalesce": True, "max_instances": 1}
+STOP_GRACE_S = 5.0
+
+FireListener = Callable[[FireReport], None]
+Tick = Callable[[], Awaitable[object]]
+
+
+class Scheduler:
+    """Waits and reminders (rows in the store, one job each) plus interval jobs such as the heartbeat.
+
+    `clock` is "now" for every decision; APScheduler is only told how far ahead a row is.
+    `session_prefixes` limits it to the sessions of the edge that runs it (a console
+    must not fire, and so swallow, a Slack thread's reminder); empty means all.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        waker: Waker,
+        output: EngineOutput,
+        zone: ZoneInfo,
+        max_lateness_s: float,
+        clock: Clock = utcnow,
+        session_prefixes: tuple[str, ...] = (),
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._session_prefixes = session_prefixes
+        self._firer = Firer(
+            store=store, waker=waker, output=output, zone=zone, max_lateness_s=max_lateness_s, clock=clock
+        )
+        self._aps = AsyncIOScheduler(timezone=UTC, job_defaults=JOB_DEFAULTS)
+        self._aps.add_listener(self._on_skipped, EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES)
+        self._listeners: list[FireListener] = []
+        self._deliveries: set[asyncio.Task[None]] = set()
+        self._ticks: set[asyncio.Task[None]] = set()
+        self._stopped = False
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> int:
+        """Add a job for every pending row, then start keeping time; returns how many rows."""
+        pending = [
+            reminder
+            for reminder in await self._store.pending_reminders()
+            if not self._session_prefixes or reminder.session_key.startswith(self._session_prefixes)
+        ]
+        for reminder in pending:
+            self._schedule(reminder.id, reminder.due_at)
+        self._aps.start()
+        log.info("scheduler started with %d pending waits and reminders", len(pending))
+        return len(pending)
+
+    async def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        """Start no more jobs, let deliveries under way finish, cancel the rest. Safe to call twice."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if not self._aps.running:
+            return
+        self._aps.pause()
+        for tick in self._ticks:
+            tick.cancel()
+        running = self._deliveries | self._ticks
+        if running:
+            await asyncio.wait(running, timeout=grace_s)
+        self._aps.shutdown(wait=False)
+        await asyncio.sleep(0)  # AsyncIOScheduler.shutdown runs on the loop's next turn
+
+    # -- reminders ------------------------------------------------------------------------
+
+    async def add(
+        self,
+        *,
+        session_key: str,
+        kind: ReminderKind,
+        text: str,
+        due_at: datetime,
+        cron: str | None = None,
+        zone: str | None = None,
+    ) -> Reminder:
+        """Store a wait or reminder for the person who asked in this session, and schedule it."""
+        session = await self._store.get_session(session_key)
+        requester = session.address.get("requester") if session is not None else None
+        item = NewReminder(session_key, kind, text, due_at, requester=requester, cron=cron, zone=zone)
+        reminder = await self._store.add_reminder(item)
+        self._schedule(reminder.id, reminder.due_at)
+        return reminder
+
+    async def cancel(self, reminder_id: int, *, session_key: str) -> Reminder | None:
+        """Cancel a pending reminder of this session; None if it has none by that id."""
+        cancelled = await self._store.cancel_reminder(reminder_id, session_key=session_key)
+        if cancelled is not None:
+            self._unschedule(cancelled.job_id)
+        return cancelled
+
+    async def pending(self, session_key: str) -> list[Reminder]:
+        return await self._store.pending_reminders(session_key)
+
+    async def get(self, reminder_id: int) -> Reminder | None:
+        return await self._store.get_reminder(reminder_id)
+
+    def now(self) -> datetime:
+        return self._clock()
+
+    async def fire(self, reminder_id: int) -> FireReport:
+        """Fire a row now (what its job does when due); tests drive it with a controlled clock."""
+        claim = await self._firer.claim(reminder_id)
+        report = claim.report
+        if report.next_due_at is not None:
+            self._schedule(reminder_id, report.next_due_at)
+        else:
+            self._unschedule(f"reminder:{reminder_id}")
+        try:
+            self._firer.deliver(claim)  # no await since the claim: a shutdown cannot come between them
+        finally:
+            for listener in self._listeners:
+                try:
+                    listener(report)
+                except Exception:
+                    log.exception("fire listener failed for reminder %d", reminder_id)
+        return report
+
+    def subscribe(self, listener: FireListener) -> None:
+        """Be told of every firing (after the store was updated and the edge was handed the message)."""
+        self._listeners.append(listener)
+
+    # -- other jobs -----------------------------------------------------------------------
+
+    def every(self, job_id: str, interval_s: float, tick: Tick) -> None:
+        """Run `tick` every `interval_s` (first run one interval from now), never two at once."""
+        trigger = IntervalTrigger(seconds=interval_s, timezone=UTC)
+        self._aps.add_job(self._run_tick, trigger, args=(job_id, tick), id=job_id, replace_existing=True)
+
+    def next_run_time(self, job_id: str) -> datetime | None:
+        """When APScheduler will next run a job; None if there is no such job."""
+        job = self._aps.get_job(job_id)
+        return None if job is None else job.next_run_time
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _schedule(self, reminder_id: int, due_at: datetime) -> None:
+        # APScheduler keeps the wall clock; our clock decides. A row due in 10 minutes by our
+        # clock runs 10 minutes from now, and one already due runs at once (the same with the
+        # real clock, and still right when a test moves the clock).
+        delay_s = max(0.0, (due_at - self._clock()).total_seconds())
+        run_date = datetime.now(UTC) + timedelta(seconds=delay_s)
+        self._aps.add_job(
+            self._run_reminder,
+            DateTrigger(run_date=run_date, timezone=UTC),
+            args=(reminder_id,),
+            id=f"reminder:{reminder_id}",
+            name=f"reminder:{reminder_id}",
+            replace_existing=True,
+        )
+
+    def _unschedule(self, job_id: str) -> None:
+        with contextlib.suppress(JobLookupError):
+            self._aps.remove_job(job_id)
+
+    async def _run_reminder(self, reminder_id: int) -> None:
+        job_id = f"reminder:{reminder_id}"
+        task = asyncio.ensure_future(_logged(job_id, self.fire(reminder_id)))
+        self._deliveries.add(task)
+        task.add_done_callback(self._deliveries.discard)
+        await asyncio.shield(task)
+
+    async def _run_tick(self, job_id: str, tick: Tick) -> None:
+        task = asyncio.ensure_future(_logged(job_id, tick()))
+        self._ticks.add(task)
+        task.add_done_callback(self._ticks.discard)
+        await task
+
+    def _on_skipped(self, event: JobEvent) -> None:
+        log.warning("job %s skipped a run: the previous one was still running, or it was missed", event.job_id)
+
+
+async def _logged(job_id: str, work: Awaitable[object]) -> None:
+    """Run a job body; an exception is logged with the job id and stops nothing else."""
+    try:
+        await work
+    except Exception:
+        log.exception("scheduled job %s failed", job_id)

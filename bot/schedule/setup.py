@@ -1,0 +1,66 @@
+"""Wiring the schedule into a core: the scheduler, its five tools, and the heartbeat job if enabled.
+
+Kept here so `bot/app.py` only says "there is a scheduler" and starts/stops it.
+"""
+
+from __future__ import annotations
+
+from bot.agent.toolbox import Toolbox
+from bot.calls.models import utcnow
+from bot.config import Settings
+from bot.schedule.firing import Clock, Waker
+from bot.schedule.heartbeat import HEARTBEAT_SESSION_PREFIX, Heartbeat
+from bot.schedule.reminder_tools import reminder_tools
+from bot.schedule.scheduler import Scheduler
+from bot.schedule.wait_tools import wait_tools
+from bot.schedule.zones import Zones
+from bot.store import Store
+from bot.types import EngineOutput, Provider, TimezoneLookup
+
+HEARTBEAT_JOB_ID = "heartbeat"
+
+
+def build_scheduler(
+    settings: Settings,
+    *,
+    store: Store,
+    engine: Waker,
+    output: EngineOutput,
+    provider: Provider,
+    toolbox: Toolbox,
+    user_timezone: TimezoneLookup | None = None,
+    clock: Clock | None = None,
+    session_prefixes: tuple[str, ...] = (),
+) -> Scheduler:
+    """A scheduler (not started) reporting to `output` and waking `engine`; adds the tools to `toolbox`."""
+    scheduler = Scheduler(
+        store=store,
+        waker=engine,
+        output=output,
+        zone=settings.zone,
+        max_lateness_s=settings.bot_max_lateness_s,
+        clock=clock or utcnow,
+        session_prefixes=session_prefixes,
+    )
+    zones = Zones(settings.zone, user_timezone)
+    for item in (
+        *wait_tools(scheduler, default_zone=settings.zone, max_wait_s=settings.bot_max_wait_s),
+        *reminder_tools(scheduler, zones),
+    ):
+        toolbox.add(item)
+    # The heartbeat's sessions are this scheduler's only if the edge running it owns them (Slack does).
+    owns_heartbeat = not session_prefixes or HEARTBEAT_SESSION_PREFIX in session_prefixes
+    if settings.heartbeat_enabled and owns_heartbeat:
+        assert settings.bot_heartbeat_channel is not None
+        heartbeat = Heartbeat(
+            path=settings.bot_data_dir / "HEARTBEAT.md",
+            channel=settings.bot_heartbeat_channel,
+            zone=settings.zone,
+            active_hours=settings.bot_heartbeat_active_hours,
+            provider=provider,
+            store=store,
+            engine=engine,
+            clock=clock or utcnow,
+        )
+        scheduler.every(HEARTBEAT_JOB_ID, settings.bot_heartbeat_interval_s, heartbeat.tick)
+    return scheduler

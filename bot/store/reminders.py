@@ -1,0 +1,180 @@
+"""Reminders and waits in the store: the rows the scheduler is rebuilt from at every start.
+
+A row is `pending` until it is claimed. Claiming is a compare-and-set on
+`(id, status='pending', due_at)`, done BEFORE the reminder is delivered: of two
+firings of the same due time (a duplicate job, a second process on the same
+file, a fire racing a cancel) exactly one wins, and a clean restart never
+delivers a claimed one again. A one-shot row then ends `fired` or `missed` (or
+`cancelled`) and never changes again; a cron row stays `pending` and its
+`due_at` moves to the next run.
+
+Mixed into `Store` so this SQL stays in the store package but out of `store.py`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+import aiosqlite
+
+from bot.calls.models import utcnow
+from bot.store.schema import ts, ts_or_none
+
+_COLUMNS = "id, session_key, kind, text, requester, due_at, cron, zone, status, fired_at, created_at"
+
+
+class ReminderKind(StrEnum):
+    WAKE = "wake"
+    """A wait of the agent: when due, the session gets `[wait elapsed: …]` as a turn or a note."""
+    REMINDER = "reminder"
+    """A message for people: when due, it is posted as is, without a model call."""
+
+
+class ReminderStatus(StrEnum):
+    PENDING = "pending"
+    FIRED = "fired"
+    CANCELLED = "cancelled"
+    MISSED = "missed"
+
+
+@dataclass(frozen=True, slots=True)
+class NewReminder:
+    session_key: str
+    kind: ReminderKind
+    text: str
+    due_at: datetime
+    requester: str | None = None
+    cron: str | None = None
+    zone: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reminder:
+    """A stored wait or reminder; `text` is the reason of a wait. Times are aware UTC."""
+
+    id: int
+    session_key: str
+    kind: ReminderKind
+    text: str
+    requester: str | None
+    due_at: datetime
+    cron: str | None
+    zone: str | None
+    status: ReminderStatus
+    fired_at: datetime | None
+    created_at: datetime
+
+    @property
+    def job_id(self) -> str:
+        return f"reminder:{self.id}"
+
+
+def _reminder(row: sqlite3.Row) -> Reminder:
+    fired_at = row["fired_at"]
+    return Reminder(
+        id=int(row["id"]),
+        session_key=row["session_key"],
+        kind=ReminderKind(row["kind"]),
+        text=row["text"],
+        requester=row["requester"],
+        due_at=datetime.fromisoformat(row["due_at"]),
+        cron=row["cron"],
+        zone=row["zone"],
+        status=ReminderStatus(row["status"]),
+        fired_at=datetime.fromisoformat(fired_at) if fired_at else None,
+        created_at=datetime.fromisoformat(row["created_at"]),
+    )
+
+
+async def _rows(db: aiosqlite.Connection, sql: str, *params: Any) -> list[sqlite3.Row]:
+    return list(await db.execute_fetchall(sql, params))
+
+
+class ReminderQueries:
+    """The reminder half of `Store`'s interface."""
+
+    if TYPE_CHECKING:
+
+        def _read(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+
+        def _write(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+
+    async def add_reminders(self, items: Sequence[NewReminder]) -> list[Reminder]:
+        """Insert in one transaction, all or nothing; each session must exist (KeyError otherwise)."""
+        created_at = ts(utcnow())
+        sql = (
+            "INSERT INTO reminders (session_key, kind, text, requester, due_at, cron, zone, created_at) "
+            f"VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING {_COLUMNS}"
+        )
+        added: list[Reminder] = []
+        async with self._write() as db:
+            for key in {item.session_key for item in items}:
+                if not await _rows(db, "SELECT 1 FROM sessions WHERE key = ?", key):
+                    raise KeyError(f"no session {key!r}")
+            for item in items:
+                params = (item.session_key, item.kind.value, item.text, item.requester, ts(item.due_at))
+                rows = await _rows(db, sql, *params, item.cron, item.zone, created_at)
+                added.append(_reminder(rows[0]))
+        return added
+
+    async def add_reminder(self, item: NewReminder) -> Reminder:
+        return (await self.add_reminders([item]))[0]
+
+    async def get_reminder(self, reminder_id: int) -> Reminder | None:
+        async with self._read() as db:
+            rows = await _rows(db, f"SELECT {_COLUMNS} FROM reminders WHERE id = ?", reminder_id)
+        return _reminder(rows[0]) if rows else None
+
+    async def pending_reminders(self, session_key: str | None = None) -> list[Reminder]:
+        """Pending rows, soonest first; all of them (start-up) or one session's."""
+        where, params = ("AND session_key = ?", (session_key,)) if session_key is not None else ("", ())
+        sql = f"SELECT {_COLUMNS} FROM reminders WHERE status = 'pending' {where} ORDER BY due_at, id"
+        async with self._read() as db:
+            rows = await _rows(db, sql, *params)
+        return [_reminder(row) for row in rows]
+
+    async def claim_reminder(
+        self, reminder_id: int, *, due_at: datetime, outcome: ReminderStatus, at: datetime | None = None
+    ) -> Reminder | None:
+        """End a pending one-shot due at `due_at` as `fired` or `missed`; None if someone else got there first."""
+        if outcome not in (ReminderStatus.FIRED, ReminderStatus.MISSED):
+            raise ValueError(f"a claim ends a reminder as fired or missed, not {outcome}")
+        fired_at = ts_or_none(at or utcnow()) if outcome is ReminderStatus.FIRED else None
+        sql = (
+            "UPDATE reminders SET status = ?, fired_at = ? "
+            f"WHERE id = ? AND status = 'pending' AND due_at = ? AND cron IS NULL RETURNING {_COLUMNS}"
+        )
+        async with self._write() as db:
+            rows = await _rows(db, sql, outcome.value, fired_at, reminder_id, ts(due_at))
+        return _reminder(rows[0]) if rows else None
+
+    async def advance_reminder(
+        self, reminder_id: int, *, due_at: datetime, next_due_at: datetime, fired_at: datetime | None
+    ) -> Reminder | None:
+        """Move a pending cron row from `due_at` to its next run; None if someone else already moved it.
+
+        `fired_at` is recorded when this run is delivered, left as it was when it was missed.
+        """
+        sql = (
+            "UPDATE reminders SET due_at = ?, fired_at = COALESCE(?, fired_at) "
+            f"WHERE id = ? AND status = 'pending' AND due_at = ? AND cron IS NOT NULL RETURNING {_COLUMNS}"
+        )
+        async with self._write() as db:
+            rows = await _rows(db, sql, ts(next_due_at), ts_or_none(fired_at), reminder_id, ts(due_at))
+        return _reminder(rows[0]) if rows else None
+
+    async def cancel_reminder(self, reminder_id: int, *, session_key: str) -> Reminder | None:
+        """Cancel a pending reminder of this session; None if there is none (another session's counts as none)."""
+        sql = (
+            "UPDATE reminders SET status = 'cancelled' "
+            f"WHERE id = ? AND session_key = ? AND status = 'pending' RETURNING {_COLUMNS}"
+        )
+        async with self._write() as db:
+            rows = await _rows(db, sql, reminder_id, session_key)
+        return _reminder(rows[0]) if rows else None

@@ -1,0 +1,256 @@
+"""The scheduler on a real store and a real APScheduler: firing, once-only claims, restarts, misfires, errors.
+
+The engine is stood in for by `FakeWaker` here (the engine itself is exercised in
+test_schedule_engine.py). Sub-second schedules use the real clock; anything about
+downtime moves a `FakeClock` instead of waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+from conftest import RecordingOutput
+from schedule_support import FakeClock, FakeWaker, Fires, texts
+
+from bot.calls.models import utcnow
+from bot.schedule import Scheduler
+from bot.store import ReminderKind, ReminderStatus, Store
+
+KEY, OTHER = "test:sched", "test:other"
+HOUR = 3600.0
+MAX_LATENESS_S = 6 * HOUR
+
+Factory = Callable[..., Scheduler]
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    opened = await Store.open(tmp_path / "bot.db")
+    await opened.ensure_session(KEY, {"requester": "U123"})
+    await opened.ensure_session(OTHER)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+@pytest.fixture
+async def make(store: Store, output: RecordingOutput) -> AsyncIterator[Factory]:
+    """Build schedulers on the test's store; every one is stopped at teardown."""
+    made: list[Scheduler] = []
+
+    def factory(*, clock: Callable[[], datetime] = utcnow, waker: FakeWaker | None = None, **kw: object) -> Scheduler:
+        scheduler = Scheduler(
+            store=store,
+            waker=waker or FakeWaker(),
+            output=kw.pop("out", output),  # type: ignore[arg-type]
+            zone=ZoneInfo("Europe/Paris"),
+            max_lateness_s=MAX_LATENESS_S,
+            clock=clock,
+        )
+        made.append(scheduler)
+        return scheduler
+
+    yield factory
+    for scheduler in made:
+        await scheduler.stop()
+
+
+def assert_runs_in(scheduler: Scheduler, reminder_id: int, seconds: float) -> None:
+    """The job runs `seconds` from now by the scheduler's clock, i.e. that far ahead on the wall clock."""
+    run_at = scheduler.next_run_time(f"reminder:{reminder_id}")
+    assert run_at is not None
+    assert abs((run_at - utcnow()).total_seconds() - seconds) < 5
+
+
+async def add(scheduler: Scheduler, text: str, due_at: datetime, **kw: object) -> int:
+    kind = kw.pop("kind", ReminderKind.REMINDER)
+    reminder = await scheduler.add(session_key=KEY, kind=kind, text=text, due_at=due_at, **kw)  # type: ignore[arg-type]
+    return reminder.id
+
+
+async def test_a_reminder_fires_when_due_without_a_model_call(make: Factory, output: RecordingOutput) -> None:
+    scheduler = make()
+    assert await scheduler.start() == 0
+    rid = await add(scheduler, "stand-up in 5 minutes", utcnow() + timedelta(seconds=0.1))
+    await output.wait_for(lambda: bool(output.reminders))
+    assert output.reminders == [(KEY, "stand-up in 5 minutes")]  # on time: no marker
+    stored = await scheduler.get(rid)
+    assert stored is not None and stored.status is ReminderStatus.FIRED and stored.requester == "U123"
+    assert scheduler.next_run_time(f"reminder:{rid}") is None
+
+
+async def test_a_wake_goes_to_the_engine(make: Factory, output: RecordingOutput) -> None:
+    waker = FakeWaker()
+    scheduler = make(waker=waker)
+    fires = Fires(scheduler)
+    await scheduler.start()
+    rid = await add(scheduler, "check the build", utcnow() + timedelta(seconds=0.05), kind=ReminderKind.WAKE)
+    await fires.wait_for(lambda: bool(fires.of(rid)))
+    assert waker.submits == [(KEY, "[wait elapsed: check the build]")]
+    assert output.reminders == [] and output.notices == []
+
+
+async def test_firing_twice_at_once_delivers_once(make: Factory, output: RecordingOutput) -> None:
+    clock = FakeClock()
+    scheduler = make(clock=clock)
+    await scheduler.start()
+    rid = await add(scheduler, "once", clock.now + timedelta(hours=1))
+    clock.advance(HOUR)
+    reports = await asyncio.gather(*(scheduler.fire(rid) for _ in range(4)))
+    assert sum(report.delivered for report in reports) == 1
+    assert output.reminders == [(KEY, "once")]
+
+
+async def test_cron_fires_each_run_then_stops_when_cancelled(make: Factory, output: RecordingOutput) -> None:
+    clock = FakeClock(datetime(2026, 5, 4, 6, 58, tzinfo=UTC))  # a Monday, 08:58 in Paris
+    scheduler = make(clock=clock)
+    await scheduler.start()
+    first_due = datetime(2026, 5, 4, 7, tzinfo=UTC)
+    rid = await add(scheduler, "stand-up", first_due, cron="0 9 * * 1-5", zone="Europe/Paris")
+    assert_runs_in(scheduler, rid, 120)
+
+    clock.now = first_due + timedelta(seconds=0.2)
+    report = await scheduler.fire(rid)
+    assert report.delivered and report.next_due_at == first_due + timedelta(days=1)
+    assert_runs_in(scheduler, rid, 86400 - 0.2)
+
+    clock.now = first_due + timedelta(days=1, seconds=0.2)
+    assert (await scheduler.fire(rid)).delivered
+    assert output.reminders == [(KEY, "stand-up"), (KEY, "stand-up")]
+    stored = await scheduler.get(rid)
+    assert stored is not None and stored.status is ReminderStatus.PENDING
+    assert stored.due_at == first_due + timedelta(days=2)
+
+    assert await scheduler.cancel(rid, session_key=OTHER) is None  # not that session's
+    assert await scheduler.cancel(rid, session_key=KEY) is not None
+    assert scheduler.next_run_time(f"reminder:{rid}") is None
+    clock.now = first_due + timedelta(days=2, seconds=0.2)
+    assert not (await scheduler.fire(rid)).delivered
+    assert len(output.reminders) == 2
+
+
+async def test_due_during_downtime_fires_once_after_restart_marked_late(
+    make: Factory, output: RecordingOutput, store: Store
+) -> None:
+    clock = FakeClock()
+    before = make(clock=clock)
+    await before.start()
+    rid = await add(before, "water the plants", clock.now + timedelta(minutes=5))
+    wid = await add(before, "check the deploy", clock.now + timedelta(minutes=10), kind=ReminderKind.WAKE)
+    await before.stop()
+
+    clock.advance(HOUR)  # the daemon was down for an hour
+    waker = FakeWaker()
+    after = make(clock=clock, waker=waker)
+    fires = Fires(after)
+    assert await after.start() == 2
+    await fires.wait_for(lambda: len(fires.reports) == 2)
+    assert output.reminders == [(KEY, "water the plants (late by 55m)")]
+    assert waker.submits == [(KEY, "[wait elapsed: check the deploy] (late by 50m)")]
+    await after.stop()
+
+    again = make(clock=clock, waker=waker)
+    assert await again.start() == 0  # both are recorded as fired: nothing is delivered twice
+    assert {(await store.get_reminder(i)).status for i in (rid, wid)} == {ReminderStatus.FIRED}  # type: ignore[union-attr]
+
+
+async def test_a_cron_that_missed_several_runs_fires_once(make: Factory, output: RecordingOutput) -> None:
+    clock = FakeClock(datetime(2026, 5, 1, 8, 59, tzinfo=UTC))
+    before = make(clock=clock)
+    await before.start()
+    rid = await add(before, "hourly check", datetime(2026, 5, 1, 9, tzinfo=UTC), cron="0 * * * *", zone="UTC")
+    await before.stop()
+
+    clock.now = datetime(2026, 5, 1, 12, 30, tzinfo=UTC)  # missed 09:00, 10:00, 11:00 and 12:00
+    after = make(clock=clock)
+    fires = Fires(after)
+    await after.start()
+    await fires.wait_for(lambda: bool(fires.of(rid)))
+    assert output.reminders == [(KEY, "hourly check (late by 30m)")]
+    assert fires.of(rid)[0].next_due_at == datetime(2026, 5, 1, 13, tzinfo=UTC)
+
+
+async def test_beyond_max_lateness_is_reported_missed_not_delivered(make: Factory, output: RecordingOutput) -> None:
+    clock = FakeClock(datetime(2026, 5, 1, 6, tzinfo=UTC))
+    waker = FakeWaker()
+    scheduler = make(clock=clock, waker=waker)
+    await scheduler.start()
+    rid = await add(scheduler, "pay the invoice", datetime(2026, 5, 1, 7, tzinfo=UTC))
+    wid = await add(scheduler, "recheck", datetime(2026, 5, 1, 7, tzinfo=UTC), kind=ReminderKind.WAKE)
+    clock.now = datetime(2026, 5, 1, 14, tzinfo=UTC)  # seven hours late, the maximum is six
+    assert not (await scheduler.fire(rid)).delivered
+    assert not (await scheduler.fire(wid)).delivered
+    assert output.reminders == [] and waker.submits == []
+    assert texts(output.notices, KEY) == [
+        "⏰ A reminder was missed (due Fri 2026-05-01 09:00 CEST, 7h 0m ago, too late to deliver): pay the invoice",
+        "⏰ A wait was missed (due Fri 2026-05-01 09:00 CEST, 7h 0m ago, too late to deliver): recheck",
+    ]
+    assert (await scheduler.get(rid)).status is ReminderStatus.MISSED  # type: ignore[union-attr]
+
+
+async def test_a_missed_cron_run_is_reported_and_the_next_one_kept(make: Factory, output: RecordingOutput) -> None:
+    clock = FakeClock(datetime(2026, 5, 1, 6, tzinfo=UTC))
+    scheduler = make(clock=clock)
+    await scheduler.start()
+    rid = await add(scheduler, "daily", datetime(2026, 5, 1, 7, tzinfo=UTC), cron="0 9 * * *", zone="Europe/Paris")
+    clock.now = datetime(2026, 5, 1, 14, tzinfo=UTC)
+    report = await scheduler.fire(rid)
+    assert not report.delivered and report.next_due_at == datetime(2026, 5, 2, 7, tzinfo=UTC)
+    (notice,) = texts(output.notices, KEY)
+    assert "missed" in notice and notice.endswith("daily — it repeats; next: Sat 2026-05-02 09:00 CEST")
+
+
+class ExplodingOutput(RecordingOutput):
+    def reminder(self, session_key: str, text: str) -> None:
+        if text == "boom":
+            raise RuntimeError("the edge fell over")
+        super().reminder(session_key, text)
+
+
+async def test_a_job_raising_does_not_stop_later_jobs(make: Factory, caplog: pytest.LogCaptureFixture) -> None:
+    exploding = ExplodingOutput()
+    scheduler = make(out=exploding)
+    ticked = asyncio.Event()
+
+    async def bad_tick() -> None:
+        ticked.set()
+        raise ValueError("tick failed")
+
+    scheduler.every("bad-tick", 0.05, bad_tick)
+    await scheduler.start()
+    now = utcnow()
+    bad = await add(scheduler, "boom", now + timedelta(seconds=0.05))
+    await add(scheduler, "still here", now + timedelta(seconds=0.15))
+    await exploding.wait_for(lambda: bool(exploding.reminders))
+    await asyncio.wait_for(ticked.wait(), 5)
+    assert exploding.reminders == [(KEY, "still here")]
+    failures = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert f"scheduled job reminder:{bad} failed" in failures
+    assert "scheduled job bad-tick failed" in failures
+    assert scheduler.next_run_time("bad-tick") is not None  # the interval job lives on
+
+
+async def test_stop_is_idempotent_and_start_needs_no_rows(make: Factory) -> None:
+    scheduler = make()
+    assert await scheduler.start() == 0
+    await scheduler.stop()
+    await scheduler.stop()
+
+
+async def test_a_cron_whose_delivery_fails_keeps_its_next_run(make: Factory) -> None:
+    exploding = ExplodingOutput()
+    clock = FakeClock(datetime(2026, 5, 1, 6, 59, tzinfo=UTC))
+    scheduler = make(out=exploding, clock=clock)
+    await scheduler.start()
+    rid = await add(scheduler, "boom", datetime(2026, 5, 1, 7, tzinfo=UTC), cron="0 7 * * *", zone="UTC")
+    clock.now = datetime(2026, 5, 1, 7, 0, 1, tzinfo=UTC)
+    with pytest.raises(RuntimeError, match="the edge fell over"):
+        await scheduler.fire(rid)
+    assert_runs_in(scheduler, rid, 86400 - 1)
