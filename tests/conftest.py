@@ -222,11 +222,13 @@ class CoreFactory:
         settings: Settings | None = None,
         output: EngineOutput | None = None,
         max_retries: int = 0,
+        open_kwargs: dict[str, Any] | None = None,
         **overrides: Any,
     ) -> Core:
         """A core on `settings` (default: `make_settings(**overrides)`), reporting to `output`.
 
         `max_retries=0` by default so tests can count requests; pass 2 to exercise the SDK's retries.
+        `open_kwargs` go to `open_core` as they are (e.g. a scheduler `clock`).
         """
         settings = settings or self._make_settings(**overrides)
         client = anthropic.AsyncAnthropic(base_url=self._fake.url, api_key="test", max_retries=max_retries)
@@ -234,7 +236,9 @@ class CoreFactory:
         stack = contextlib.AsyncExitStack()
         stack.push_async_callback(client.close)
         try:
-            core = await stack.enter_async_context(open_core(settings, output or self.output, provider=provider))
+            core = await stack.enter_async_context(
+                open_core(settings, output or self.output, provider=provider, **(open_kwargs or {}))
+            )
         except BaseException:
             await stack.aclose()
             raise

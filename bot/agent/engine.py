@@ -134,6 +134,8 @@ class Engine:
     async def shutdown(self, grace_s: float) -> None:
         """Stop taking work, let running turns finish for `grace_s`, then cancel them."""
         self._accepting = False
+        for check in list(self._checks):
+            check.cancel()
         tasks = [s.task for s in self._sessions.values() if s.task is not None and not s.task.done()]
         if tasks:
             _, still_running = await asyncio.wait(tasks, timeout=grace_s)
@@ -193,8 +195,10 @@ class Engine:
         if not self._accepting or self.is_busy(session_key):
             return
         session = self._session(session_key)
-        has_news = session.injections.ready or bool(await self._store.undelivered_calls(session_key))
-        if has_news and not self.is_busy(session_key):
+        # `waiting`, not `ready`: notes held back by the last turn's fuse are news for a new turn.
+        has_news = session.injections.waiting or bool(await self._store.undelivered_calls(session_key))
+        # Checked again after the await: a shutdown may have begun, and its list of turns is already taken.
+        if has_news and self._accepting and not self.is_busy(session_key):
             self._start(session_key, [])
 
 

@@ -35,6 +35,11 @@ class Injections:
         return bool(self._lines) and not self.fuse_blown
 
     @property
+    def waiting(self) -> bool:
+        """Lines are queued, whether or not this turn's fuse still lets them in."""
+        return bool(self._lines)
+
+    @property
     def fuse_blown(self) -> bool:
         return self._taken_this_turn >= self._max_per_turn
 

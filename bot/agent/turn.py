@@ -27,6 +27,7 @@ from bot.types import EngineOutput, Message, ModelReply, ModelRequest, Provider,
 log = logging.getLogger(__name__)
 
 MAX_CONTINUATIONS = 2
+MALFORMED_CALL = "the tool call was malformed (missing id or arguments not a JSON object)"
 CONTINUE_NOTE = "[your reply was cut off by the output limit; continue exactly where you stopped]"
 
 
@@ -100,6 +101,7 @@ class TurnRunner:
         key = request.session_key
         messages = conversation.messages
         continuations = 0
+        cut_off = False  # the previous reply hit the output limit and this one continues it
         for outcome.iterations in range(1, self._settings.max_iterations + 1):
             if lines := request.injections.drain():
                 protocol.append_user(messages, protocol.injection_blocks(lines))
@@ -109,15 +111,19 @@ class TurnRunner:
             reply = await self._ask_model(request, messages)
             if reply is None:
                 return
+            # Fixed before the reply is stored: a history with a malformed tool_use is rejected by the API.
+            malformed = set(protocol.normalise_tool_uses(reply.content))
             messages.append({"role": "assistant", "content": reply.content})
             await conversation.save(self._store)
-            outcome.text = reply.text or outcome.text
+            outcome.text = outcome.text + reply.text if cut_off else reply.text or outcome.text
             outcome.stop_reason = reply.stop_reason
+            cut_off = False
             if reply.stop_reason == "max_tokens" and continuations < MAX_CONTINUATIONS:
                 continuations += 1
+                cut_off = True
                 protocol.append_user(messages, [protocol.text_block(CONTINUE_NOTE)])
             elif reply.tool_uses:
-                if not await self._run_batch(request, turn_id, reply, messages, outcome):
+                if not await self._run_batch(request, turn_id, reply, malformed, messages, outcome):
                     return
             elif reply.stop_reason == "pause_turn":
                 protocol.append_user(messages, [protocol.text_block("[continue]")])
@@ -159,30 +165,36 @@ class TurnRunner:
         return reply
 
     async def _run_batch(
-        self, request: TurnRequest, turn_id: str, reply: ModelReply, messages: list[Message], outcome: TurnOutcome
+        self,
+        request: TurnRequest,
+        turn_id: str,
+        reply: ModelReply,
+        malformed: set[str],
+        messages: list[Message],
+        outcome: TurnOutcome,
     ) -> bool:
         """Start the batch, wait under the yield strategy, add results; False when the turn must end."""
         key = request.session_key
         toolbox = request.toolbox or self._toolbox
-        malformed = set(protocol.normalise_tool_uses(reply.content))
-        calls: list[ToolCall] = []
-        for block in reply.tool_uses:
-            problem = (
-                "the tool call was malformed (missing id or arguments not a JSON object)"
-                if block["id"] in malformed
-                else toolbox.problem(block["name"], block["input"])
-            )
-            calls.append(
-                await self._registry.submit(
-                    call_id=block["id"],
-                    session_key=key,
-                    turn_id=turn_id,
-                    tool_name=block["name"],
-                    tool_input=block["input"],
-                    tool=toolbox.get(block["name"]),
-                    error=problem,
+        # Submitted together, so the batch's pending rows share one commit.
+        calls = list(
+            await asyncio.gather(
+                *(
+                    self._registry.submit(
+                        call_id=block["id"],
+                        session_key=key,
+                        turn_id=turn_id,
+                        tool_name=block["name"],
+                        tool_input=block["input"],
+                        tool=toolbox.get(block["name"]),
+                        error=MALFORMED_CALL
+                        if block["id"] in malformed
+                        else toolbox.problem(block["name"], block["input"]),
+                    )
+                    for block in reply.tool_uses
                 )
             )
+        )
         self._output.calls_started(key, calls)
         end = await self._wait(request, calls, toolbox)
         if end is WaitEnd.CANCELLED:
@@ -198,17 +210,21 @@ class TurnRunner:
 
     async def _wait(self, request: TurnRequest, calls: list[ToolCall], toolbox: Toolbox) -> WaitEnd:
         if request.stop_at_first_wait:
+            end = WaitEnd.ALL_DONE
+        else:
+            end = await wait_for_batch(
+                calls,
+                registry=self._registry,
+                strategy=self._settings.yield_strategy,
+                injections=request.injections,
+                yield_on_injection=self._settings.yield_on_injection,
+                cancelled=request.cancelled,
+            )
+        if end is not WaitEnd.CANCELLED:
+            # Quick tools finish at once: a yield should not hand the model a placeholder for `now`.
             quick = [call for call in calls if (tool := toolbox.get(call.tool_name)) is not None and tool.quick]
             await asyncio.gather(*(self._registry.wait_final(call.id) for call in quick))
-            return WaitEnd.ALL_DONE
-        return await wait_for_batch(
-            calls,
-            registry=self._registry,
-            strategy=self._settings.yield_strategy,
-            injections=request.injections,
-            yield_on_injection=self._settings.yield_on_injection,
-            cancelled=request.cancelled,
-        )
+        return end
 
     async def _late_result_blocks(self, key: str, *, exclude: set[str]) -> list[dict[str, JSON]]:
         """Notes for background calls that finished after their turn yielded; each is delivered once."""

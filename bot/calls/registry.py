@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bot.calls.models import JSON, CallStatus, ProgressKind, ToolCall
+from bot.calls.writer import CallWriter
 from bot.store import Store
 from bot.types import CallListener
 from tools.base import Tool, ToolContext, ToolError
@@ -49,6 +50,7 @@ class CallRegistry:
         default_timeout_s: float,
     ) -> None:
         self._store = store
+        self._writer = CallWriter(store)
         self._work_dir = work_dir
         self._global_slots = asyncio.Semaphore(max_concurrent)
         self._max_per_session = max_per_session
@@ -93,12 +95,12 @@ class CallRegistry:
         if error is not None or tool is None:
             call.transition(CallStatus.FAILED)
             call.error = error or f"unknown tool {tool_name!r}"
-            await self._store.save_call(call)
+            await self._writer.save(call)
             self._finalised(call)
             return call
         self._open_by_session.setdefault(session_key, set()).add(call_id)
         self._done[call_id] = asyncio.Event()
-        await self._store.save_call(call)
+        await self._writer.save(call)
         self._publish(call)
         self._tasks[call_id] = asyncio.create_task(self._run(call, tool), name=f"tool:{tool_name}:{call_id}")
         return call
@@ -114,7 +116,9 @@ class CallRegistry:
             async with self._slot(call.session_key, tool.uses_slot):
                 call.transition(CallStatus.RUNNING)
                 call.add_progress(ProgressKind.STARTED, {"tool": call.tool_name})
-                await self._save_and_publish(call)
+                # Not awaited: the tool starts now, and its `running` row goes out with the next commit.
+                self._writer.save_soon(call)
+                self._publish(call)
                 async with asyncio.timeout(timeout_s) as deadline:
                     result = await self._invoke(tool, call.input, ctx)
             await self._finish(call, CallStatus.COMPLETED, result=result)
@@ -171,7 +175,7 @@ class CallRegistry:
         call.timed_out = timed_out
         if status is not CallStatus.CANCELLED:
             call.cancelled_by = None
-        await self._store.save_call(call)
+        await self._writer.save(call)
         self._finalised(call)
 
     def _finalised(self, call: ToolCall) -> None:
@@ -204,8 +208,7 @@ class CallRegistry:
     def _flush_progress(self, call: ToolCall) -> None:
         self._flush_pending.discard(call.id)
         if not call.is_final:
-            task = asyncio.get_running_loop().create_task(self._store.save_call(call))
-            task.add_done_callback(_log_failure)
+            self._writer.save_soon(call)
 
     # -- cancelling -----------------------------------------------------------------------
 
@@ -268,9 +271,9 @@ class CallRegistry:
         return self._calls.get(call_id)
 
     def open_calls(self, session_key: str) -> list[ToolCall]:
-        return [
-            self._calls[call_id] for call_id in self._open_by_session.get(session_key, ()) if call_id in self._calls
-        ]
+        # A call is final before its last save returns; it leaves the open set only after that.
+        calls = (self._calls.get(call_id) for call_id in self._open_by_session.get(session_key, ()))
+        return [call for call in calls if call is not None and not call.is_final]
 
     def done_event(self, call_id: str) -> asyncio.Event:
         """Set once the call is final; calls unknown to this process count as final."""
@@ -295,6 +298,9 @@ class CallRegistry:
         ids = []
         for call in calls:
             call.delivered = True
+            # `calls` may be copies loaded from the store; the live entity must not keep saying "owed".
+            if (live := self._calls.get(call.id)) is not None:
+                live.delivered = True
             ids.append(call.id)
         if ids:
             await self._store.mark_delivered(ids)
@@ -318,10 +324,6 @@ class CallRegistry:
             del self._calls[oldest_id]
             self._done.pop(oldest_id, None)
 
-    async def _save_and_publish(self, call: ToolCall) -> None:
-        await self._store.save_call(call)
-        self._publish(call)
-
     def _publish(self, call: ToolCall) -> None:
         for listener in self._listeners:
             try:
@@ -337,8 +339,3 @@ def _jsonable(value: JSON) -> JSON:
     except (TypeError, ValueError):
         return str(value)
     return value
-
-
-def _log_failure(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("saving tool-call progress failed", exc_info=task.exception())

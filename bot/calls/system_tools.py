@@ -44,7 +44,6 @@ def system_tools(registry: CallRegistry, *, wait_max_s: float) -> list[Tool]:
         "list_running_tool_calls",
         "Tool calls of this conversation that are not final yet (pending or running).",
         uses_slot=False,
-        quick=True,
     )
     async def list_running_tool_calls(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         calls = [call for call in registry.open_calls(ctx.session_key) if call.id != ctx.call_id]

@@ -45,7 +45,13 @@ class AnthropicProvider:
             raise ModelError(_describe_status(exc)) from exc
         except anthropic.APIConnectionError as exc:
             raise ModelError(f"could not reach the model API ({exc.__class__.__name__})") from exc
-        content = [block.model_dump(mode="json", exclude_none=True) for block in message.content]
+        except ValueError as exc:
+            # The SDK raises ValueError when a tool call's streamed arguments are not valid JSON.
+            log.warning("unreadable model response: %s", exc)
+            raise ModelError("the model sent a tool call whose arguments are not valid JSON; please try again") from exc
+        # warnings=False: a tool_use whose input is not an object is passed on as is (the turn answers it
+        # with an error result) instead of making pydantic warn about the unexpected type.
+        content = [block.model_dump(mode="json", exclude_none=True, warnings=False) for block in message.content]
         # The API rejects empty text blocks when they are sent back in the history.
         content = [block for block in content if block.get("type") != "text" or block.get("text")]
         return ModelReply(content=content, stop_reason=message.stop_reason or "end_turn")

@@ -242,11 +242,22 @@ class Store(ReminderQueries):
 
     async def save_call(self, call: ToolCall) -> None:
         """Upsert a call; a final row keeps its status and outcome (only delivery and progress may change)."""
-        params = call_to_row(call)
+        await self.save_calls([call])
+
+    async def save_calls(self, calls: Sequence[ToolCall]) -> None:
+        """`save_call` for many calls in one transaction: a thousand busy calls cost one commit, not a thousand."""
+        rows = [call_to_row(call) for call in calls]
         async with self._write() as db:
-            await self._require_session(db, call.session_key)
-            await db.execute(_UPSERT_CALL, params)
-            await db.execute(_TOUCH_FINAL_CALL, (int(call.delivered), params[-1], call.id, call.status.value))
+            for key in {call.session_key for call in calls}:
+                await self._require_session(db, key)
+            await db.executemany(_UPSERT_CALL, rows)
+            await db.executemany(
+                _TOUCH_FINAL_CALL,
+                [
+                    (int(call.delivered), row[-1], call.id, call.status.value)
+                    for call, row in zip(calls, rows, strict=True)
+                ],
+            )
 
     async def load_call(self, call_id: str) -> ToolCall | None:
         async with self._read() as db:

@@ -1,0 +1,376 @@
+"""The turn loop end to end: open_core + the real anthropic SDK against the fake Messages API.
+
+Every request the engine sends is validated by the fake (tool_use/tool_result pairing, alternating
+roles, no sampling parameters), so each test also checks the protocol; each ends by asserting the
+fake rejected nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+from conftest import CoreFactory, RecordingOutput
+from fakes.anthropic_api import Failure, FakeAnthropic, Reply, text, tool_results, tool_use, user_texts
+
+from bot.agent.protocol import INJECTION_PREFIX
+from bot.agent.turn import CONTINUE_NOTE
+from bot.app import Core
+from bot.calls.models import CallStatus
+
+KEY = "test:turns"
+CONTRACT_TOOLS = {
+    "now",
+    "wordcount",
+    "sleep_for",
+    "get_tool_call_status",
+    "list_running_tool_calls",
+    "cancel_tool_call",
+}
+
+
+def last_user(request: dict[str, object]) -> list[dict[str, object]]:
+    messages = request["messages"]
+    assert isinstance(messages, list) and messages[-1]["role"] == "user"
+    content = messages[-1]["content"]
+    return [text(content)] if isinstance(content, str) else content
+
+
+async def test_plain_turn(core: Core, fake: FakeAnthropic, output: RecordingOutput) -> None:
+    fake.script(Reply.text_only("Hello there, human."))
+    outcome = await core.engine.run_turn(KEY, "hello")
+    assert outcome is not None
+    assert (outcome.text, outcome.stop_reason, outcome.error, outcome.iterations) == (
+        "Hello there, human.",
+        "end_turn",
+        None,
+        1,
+    )
+    assert output.text(KEY) == "Hello there, human."
+    names = output.names(KEY)
+    assert names[0] == "turn_started" and names[-2:] == ["text_done", "turn_finished"]
+    assert names.count("text_delta") > 1  # streamed in pieces
+    (request,) = fake.requests
+    assert request["model"] == "claude-sonnet-5-5" and request["stream"] is True and request["max_tokens"] == 1024
+    assert not {"temperature", "top_p", "top_k"} & set(request)
+    assert "threadbot" in request["system"]
+    names = {t["name"] for t in request["tools"]}
+    assert names >= CONTRACT_TOOLS and "run_command" not in names  # no shell unless enabled
+    assert request["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hello"}]}]
+    history = await core.store.load_messages(KEY)
+    assert [m["role"] for m in history] == ["user", "assistant"]
+    assert fake.rejections == [] and fake.pending == 0
+
+
+async def test_shell_tool_is_offered_only_when_enabled(core_factory: CoreFactory, fake: FakeAnthropic) -> None:
+    core = await core_factory(bot_enable_shell=True)
+    await core.engine.run_turn(KEY, "hi")
+    assert "run_command" in {t["name"] for t in fake.requests[0]["tools"]}
+
+
+async def test_tool_turn_text_then_tools_then_answer(core: Core, fake: FakeAnthropic, output: RecordingOutput) -> None:
+    count = tool_use("wordcount", {"text": "one two three"})
+    fake.script(Reply.tools(count, text="Counting."), Reply.text_only("Three words."))
+    outcome = await core.engine.run_turn(KEY, "count 'one two three'")
+    assert outcome is not None and outcome.text == "Three words." and outcome.iterations == 2
+    assert json.loads(tool_results(fake.requests[1])[count["id"]]) == {"words": 3}
+    assert output.text(KEY) == "Counting.Three words."
+    assert ("calls_started", (KEY, [count["id"]])) in output.events
+    assert output.statuses(count["id"])[-1] is CallStatus.COMPLETED
+    assert fake.rejections == []
+
+
+async def test_two_sleeps_in_one_turn_run_concurrently(core: Core, fake: FakeAnthropic) -> None:
+    duration = 1.0
+    first, second = tool_use("sleep_for", {"seconds": duration}), tool_use("sleep_for", {"seconds": duration})
+    fake.script(Reply.tools(first, second), Reply.text_only("Both done."))
+    outcome = await core.engine.run_turn(KEY, "sleep twice")
+    assert outcome is not None and outcome.text == "Both done."
+    between = fake.request_times[1] - fake.request_times[0]
+    assert duration <= between < 1.8 * duration, between
+    results = tool_results(fake.requests[1])
+    assert results == {first["id"]: "slept for 1s", second["id"]: "slept for 1s"}
+    assert fake.rejections == []
+
+
+async def test_injection_reaches_the_next_request_after_the_tool_result(
+    core_factory: CoreFactory, fake: FakeAnthropic, output: RecordingOutput
+) -> None:
+    core = await core_factory(bot_yield_on_injection=False)
+    sleep = tool_use("sleep_for", {"seconds": 0.5})
+    fake.script(Reply.tools(sleep), Reply.text_only("Noted."))
+    assert core.engine.submit(KEY, "sleep a bit").value == "started"
+    await output.wait_status(sleep["id"], CallStatus.RUNNING)
+    assert core.engine.inject(KEY, "also, make it quick") is True
+    (outcome,) = await output.wait_turns(KEY, 1)
+    assert outcome.text == "Noted."
+    content = last_user(fake.requests[1])
+    assert content == [
+        {"type": "tool_result", "tool_use_id": sleep["id"], "content": "slept for 0.5s"},
+        {"type": "text", "text": f"{INJECTION_PREFIX} also, make it quick"},
+    ]
+    assert fake.rejections == []
+
+
+async def test_injection_yields_at_once_with_a_placeholder(
+    core: Core, fake: FakeAnthropic, output: RecordingOutput
+) -> None:
+    sleep = tool_use("sleep_for", {"seconds": 1.5})
+    fake.script(Reply.tools(sleep), Reply.text_only("Will do, once it finishes."), Reply.text_only("All done."))
+    core.engine.submit(KEY, "sleep, then report")
+    await output.wait_status(sleep["id"], CallStatus.RUNNING)
+    injected_at = time.perf_counter()
+    core.engine.inject(KEY, "actually, tell me when it is done")
+    await fake.wait_for_requests(2)
+    assert fake.request_times[1] - injected_at < 0.5  # not after the 1.5 s tool
+    content = last_user(fake.requests[1])
+    assert content[0]["type"] == "tool_result" and content[0]["tool_use_id"] == sleep["id"]
+    placeholder = json.loads(content[0]["content"])  # type: ignore[arg-type]
+    assert placeholder["status"] == "running" and placeholder["tool_call_id"] == sleep["id"]
+    assert "get_tool_call_status" in placeholder["message"]
+    assert content[1:] == [{"type": "text", "text": f"{INJECTION_PREFIX} actually, tell me when it is done"}]
+    # the call goes on in the background; when it finishes the idle session gets a turn of its own
+    outcomes = await output.wait_turns(KEY, 2)
+    assert [o.text for o in outcomes] == ["Will do, once it finishes.", "All done."]
+    notes = [t for t in user_texts(fake.requests[2]) if t.startswith("[background tool result]")]
+    assert notes == [
+        f"[background tool result] sleep_for (tool_call_id {sleep['id']}) finished: completed\nslept for 1.5s"
+    ]
+    assert fake.rejections == []
+
+
+async def test_cancel_running_sleep_within_100ms(core: Core, fake: FakeAnthropic, output: RecordingOutput) -> None:
+    sleep = tool_use("sleep_for", {"seconds": 30})
+    fake.script(Reply.tools(sleep), Reply.text_only("Stopped, as you asked."))
+    core.engine.submit(KEY, "sleep a long time")
+    await output.wait_status(sleep["id"], CallStatus.RUNNING)
+    start = time.perf_counter()
+    results = await core.engine.cancel_calls(KEY, by="user")
+    assert time.perf_counter() - start < 0.1
+    assert [(r.tool_call_id, r.cancelled, r.previous_status) for r in results] == [
+        (sleep["id"], True, CallStatus.RUNNING)
+    ]
+    (outcome,) = await output.wait_turns(KEY, 1)
+    assert outcome.text == "Stopped, as you asked." and outcome.cancelled_by is None
+    block = last_user(fake.requests[1])[0]
+    assert block == {
+        "type": "tool_result",
+        "tool_use_id": sleep["id"],
+        "content": "cancelled by user",
+        "is_error": True,
+    }
+    assert fake.rejections == []
+
+
+async def test_cancel_turn_stops_calls_and_the_turn(core: Core, fake: FakeAnthropic, output: RecordingOutput) -> None:
+    sleep = tool_use("sleep_for", {"seconds": 30})
+    fake.script(Reply.tools(sleep))
+    core.engine.submit(KEY, "sleep a long time")
+    await output.wait_status(sleep["id"], CallStatus.RUNNING)
+    start = time.perf_counter()
+    await core.engine.cancel_turn(KEY, by="user")
+    (outcome,) = await output.wait_turns(KEY, 1)
+    assert time.perf_counter() - start < 0.5
+    assert outcome.cancelled_by == "user" and len(fake.requests) == 1
+    history = await core.store.load_messages(KEY)
+    assert history[-1] == {"role": "assistant", "content": [{"type": "text", "text": "(turn cancelled by user)"}]}
+    # the session stays usable and its history valid
+    fake.script(Reply.text_only("Back."))
+    again = await core.engine.run_turn(KEY, "hello again")
+    assert again is not None and again.text == "Back." and again.cancelled_by is None
+    assert fake.rejections == []
+
+
+async def test_cancel_turn_while_the_model_streams(core: Core, fake: FakeAnthropic, output: RecordingOutput) -> None:
+    fake.script(Reply.text_only("This answer never ends.", hold=asyncio.Event()))
+    core.engine.submit(KEY, "talk")
+    await output.wait_for(lambda: "text_delta" in output.names(KEY))
+    start = time.perf_counter()
+    await core.engine.cancel_turn(KEY, by="user")
+    (outcome,) = await output.wait_turns(KEY, 1)
+    assert time.perf_counter() - start < 0.5 and outcome.cancelled_by == "user"
+    await core.engine.run_turn(KEY, "hello?")
+    assert fake.rejections == []
+
+
+async def test_unknown_tool_and_bad_arguments_are_error_results(core: Core, fake: FakeAnthropic) -> None:
+    unknown = tool_use("teleport", {"to": "mars"})
+    bad = tool_use("wordcount", {"txt": "typo"})
+    fake.script(Reply.tools(unknown, bad), Reply.text_only("Sorry about that."))
+    outcome = await core.engine.run_turn(KEY, "go")
+    assert outcome is not None and outcome.text == "Sorry about that." and outcome.error is None
+    blocks = {b["tool_use_id"]: b for b in last_user(fake.requests[1])}
+    assert blocks[unknown["id"]]["is_error"] is True
+    assert str(blocks[unknown["id"]]["content"]).startswith("error: unknown tool 'teleport'")
+    assert blocks[bad["id"]]["is_error"] is True
+    assert "invalid arguments for wordcount" in str(blocks[bad["id"]]["content"])
+    assert fake.rejections == []
+
+
+async def test_overloaded_then_success_is_retried_by_the_sdk(core_factory: CoreFactory, fake: FakeAnthropic) -> None:
+    core = await core_factory(max_retries=2)
+    fake.script(Failure(529), Reply.text_only("Made it."))
+    outcome = await core.engine.run_turn(KEY, "hi")
+    assert outcome is not None and outcome.text == "Made it." and outcome.error is None
+    assert len(fake.requests) == 2 and fake.rejections == []
+
+
+async def test_model_failure_after_retries_ends_the_turn_and_the_session_recovers(
+    core_factory: CoreFactory, fake: FakeAnthropic, output: RecordingOutput
+) -> None:
+    core = await core_factory(max_retries=2)
+    fake.script(Failure(529), Failure(529), Failure(529))
+    outcome = await core.engine.run_turn(KEY, "hi")
+    assert outcome is not None and len(fake.requests) == 3
+    assert outcome.error == "the model is overloaded right now; please try again in a minute"
+    assert output.notices == [(KEY, "⚠️ Model error: the model is overloaded right now; please try again in a minute")]
+    fake.script(Reply.text_only("I am back."))
+    again = await core.engine.run_turn(KEY, "hi again")
+    assert again is not None and again.text == "I am back." and again.error is None
+    assert [m["role"] for m in fake.requests[-1]["messages"]] == ["user", "assistant", "user"]
+    assert fake.rejections == []
+
+
+async def test_rejected_request_is_a_clear_error(core: Core, fake: FakeAnthropic, output: RecordingOutput) -> None:
+    fake.script(Failure(400, "invalid_request_error", "prompt is too long: 300000 tokens > 200000 maximum"))
+    outcome = await core.engine.run_turn(KEY, "hi")
+    assert outcome is not None
+    assert outcome.error == "the model rejected the request: prompt is too long: 300000 tokens > 200000 maximum"
+    assert output.notices[-1][1].startswith("⚠️ Model error: the model rejected the request")
+
+
+async def test_unreadable_tool_arguments_end_the_turn_cleanly(
+    core: Core, fake: FakeAnthropic, output: RecordingOutput
+) -> None:
+    fake.script(Reply.tools(tool_use("wordcount", "not json at all")))  # type: ignore[arg-type]
+    outcome = await core.engine.run_turn(KEY, "hi")
+    assert outcome is not None and outcome.error is not None and "not valid JSON" in outcome.error
+    assert output.notices
+    fake.script(Reply.text_only("Fine now."))
+    again = await core.engine.run_turn(KEY, "again")
+    assert again is not None and again.text == "Fine now." and fake.rejections == []
+
+
+async def test_max_tokens_is_continued(core: Core, fake: FakeAnthropic, output: RecordingOutput) -> None:
+    fake.script(Reply.text_only("The first half, ", stop_reason="max_tokens"), Reply.text_only("the second half."))
+    outcome = await core.engine.run_turn(KEY, "write a lot")
+    assert outcome is not None and outcome.stop_reason == "end_turn"
+    assert outcome.text == "The first half, the second half."
+    assert user_texts(fake.requests[1])[-1] == CONTINUE_NOTE
+    assert fake.requests[1]["messages"][-2] == {"role": "assistant", "content": [text("The first half, ")]}
+    assert output.notices == [] and fake.rejections == []
+
+
+async def test_max_tokens_gives_up_after_two_continuations(
+    core: Core, fake: FakeAnthropic, output: RecordingOutput
+) -> None:
+    fake.script(*(Reply.text_only(f"part {i} ", stop_reason="max_tokens") for i in range(3)))
+    outcome = await core.engine.run_turn(KEY, "write forever")
+    assert outcome is not None and outcome.stop_reason == "max_tokens" and len(fake.requests) == 3
+    assert output.notices == [(KEY, "The answer was cut off at the output limit.")]
+    assert fake.rejections == []
+
+
+async def test_max_tokens_drops_a_cut_off_tool_call(core: Core, fake: FakeAnthropic) -> None:
+    cut = tool_use("sleep_for", {"seconds": 1})
+    fake.script(Reply([text("Let me sl"), cut], "max_tokens"), Reply.text_only("eep. Done."))
+    outcome = await core.engine.run_turn(KEY, "go")
+    assert outcome is not None and await core.registry.find(cut["id"]) is None
+    assert fake.requests[1]["messages"][1] == {"role": "assistant", "content": [text("Let me sl")]}
+    assert fake.rejections == []
+
+
+async def test_refusal(core: Core, fake: FakeAnthropic, output: RecordingOutput) -> None:
+    fake.script(Reply.text_only("I can't help with that.", stop_reason="refusal"))
+    outcome = await core.engine.run_turn(KEY, "something bad")
+    assert outcome is not None and outcome.stop_reason == "refusal" and outcome.text == "I can't help with that."
+    assert output.notices == [(KEY, "The model declined to continue with this request.")]
+    fake.script(Reply.text_only("Sure."))
+    again = await core.engine.run_turn(KEY, "something fine")
+    assert again is not None and again.text == "Sure." and fake.rejections == []
+
+
+async def test_pause_turn_is_resumed(core: Core, fake: FakeAnthropic) -> None:
+    fake.script(Reply.text_only("Working on it…", stop_reason="pause_turn"), Reply.text_only("Finished."))
+    outcome = await core.engine.run_turn(KEY, "long task")
+    assert outcome is not None and outcome.text == "Finished." and len(fake.requests) == 2
+    assert fake.rejections == []
+
+
+async def test_iteration_cap(core_factory: CoreFactory, fake: FakeAnthropic, output: RecordingOutput) -> None:
+    core = await core_factory(bot_max_iterations=2)
+    fake.script(Reply.tools(tool_use("now", {})), Reply.tools(tool_use("now", {})))
+    outcome = await core.engine.run_turn(KEY, "loop forever")
+    assert outcome is not None and outcome.error == "iteration limit reached" and len(fake.requests) == 2
+    assert output.notices == [(KEY, "Stopped after 2 steps without finishing.")]
+    await core.engine.run_turn(KEY, "and now?")  # the closed history is valid
+    assert fake.rejections == []
+
+
+async def test_tool_results_are_truncated(core_factory: CoreFactory, fake: FakeAnthropic) -> None:
+    core = await core_factory(bot_enable_shell=True, bot_tool_result_max_chars=200)
+    seq = tool_use("run_command", {"command": "seq 1 500"})
+    fake.script(Reply.tools(seq), Reply.text_only("Long."))
+    await core.engine.run_turn(KEY, "count")
+    content = tool_results(fake.requests[1])[seq["id"]]
+    head, _, note = content.partition("\n[truncated: ")
+    assert len(head) == 200 and note.endswith(" more characters not shown]")
+    assert fake.rejections == []
+
+
+async def test_history_survives_a_restart_of_the_store(
+    core_factory: CoreFactory, fake: FakeAnthropic, output: RecordingOutput
+) -> None:
+    first = await core_factory()
+    count = tool_use("wordcount", {"text": "a b"})
+    fake.script(Reply.tools(count), Reply.text_only("Two words. I'll remember 42."))
+    await first.engine.run_turn(KEY, "count 'a b' and remember 42")
+    before = fake.requests[-1]["messages"] + [{"role": "assistant", "content": [text("Two words. I'll remember 42.")]}]
+    await core_factory.close(first)
+
+    second = await core_factory(settings=first.settings)
+    fake.script(Reply.text_only("You said 42."))
+    outcome = await second.engine.run_turn(KEY, "what number?")
+    assert outcome is not None and outcome.text == "You said 42."
+    messages = fake.requests[-1]["messages"]
+    assert messages[:-1] == before
+    assert messages[-1] == {"role": "user", "content": [text("what number?")]}
+    assert fake.rejections == []
+
+
+async def test_injections_fuse_caps_notes_per_turn(
+    core_factory: CoreFactory, fake: FakeAnthropic, output: RecordingOutput
+) -> None:
+    core = await core_factory(bot_max_injections_per_turn=2, bot_yield_on_injection=False)
+    sleep = tool_use("sleep_for", {"seconds": 0.3})
+    fake.script(Reply.tools(sleep), Reply.text_only("first"), Reply.text_only("second"), Reply.text_only("third"))
+    core.engine.submit(KEY, "sleep")
+    await output.wait_status(sleep["id"], CallStatus.RUNNING)
+    for i in range(5):
+        core.engine.inject(KEY, f"note {i}")
+    outcomes = await output.wait_turns(KEY, 3)
+    assert [o.text for o in outcomes] == ["first", "second", "third"]
+    per_request = [[t for t in user_texts(r) if t.startswith(INJECTION_PREFIX)] for r in fake.requests]
+    new_per_request = [len(now) - len(before) for before, now in zip([[], *per_request], per_request, strict=False)]
+    assert new_per_request == [0, 2, 2, 1]  # at most two new notes per turn, every note once
+    assert per_request[-1] == [f"{INJECTION_PREFIX} note {i}" for i in range(5)]
+    assert fake.rejections == []
+
+
+async def test_adjacent_user_content_is_merged(core: Core, fake: FakeAnthropic, output: RecordingOutput) -> None:
+    core.engine.submit(KEY, "hello")
+    core.engine.inject(KEY, "and one more thing")  # queued before the first request goes out
+    await output.wait_turns(KEY, 1)
+    assert fake.requests[0]["messages"] == [
+        {"role": "user", "content": [text("hello"), text(f"{INJECTION_PREFIX} and one more thing")]}
+    ]
+    assert fake.rejections == []
+
+
+@pytest.mark.parametrize("content", ["plain", [text("as"), text("blocks")]])
+async def test_content_as_text_or_blocks(core: Core, fake: FakeAnthropic, content: object) -> None:
+    await core.engine.run_turn(KEY, content)  # type: ignore[arg-type]
+    expected = [text("plain")] if content == "plain" else content
+    assert fake.requests[0]["messages"] == [{"role": "user", "content": expected}]
