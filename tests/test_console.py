@@ -7,19 +7,11 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import pytest
 from fakes.anthropic_api import FakeAnthropic, Reply, tool_use, user_texts
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeAnthropic]:
-    async with FakeAnthropic() as server:
-        yield server
 
 
 def bot_env(fake: FakeAnthropic, data_dir: Path, **extra: str) -> dict[str, str]:
@@ -54,7 +46,9 @@ async def run_bot(
 
 
 async def test_console_through_a_pipe_chats_and_shows_tool_progress(fake: FakeAnthropic, tmp_path: Path) -> None:
-    fake.script(Reply.tools(tool_use("wordcount", {"text": "one two three"}), text="Counting."), Reply.text_only("3 words."))
+    fake.script(
+        Reply.tools(tool_use("wordcount", {"text": "one two three"}), text="Counting."), Reply.text_only("3 words.")
+    )
     code, out, err = await run_bot("console", env=bot_env(fake, tmp_path), cwd=tmp_path, stdin=b"count my words\n")
     assert code == 0, err
     assert "assistant: Counting." in out
@@ -152,7 +146,7 @@ async def test_oneshot_wait_for_async_waits_for_background_calls(fake: FakeAnthr
 
 async def test_bad_configuration_is_one_line(fake: FakeAnthropic, tmp_path: Path) -> None:
     env = bot_env(fake, tmp_path, BOT_YIELD_STRATEGY="sometimes")
-    code, out, err = await run_bot("oneshot", "hi", env=env, cwd=tmp_path)
+    code, _, err = await run_bot("oneshot", "hi", env=env, cwd=tmp_path)
     assert code == 2
     assert err.strip().splitlines() == [
         "threadbot: configuration error: BOT_YIELD_STRATEGY: unknown strategy 'sometimes';"
@@ -164,6 +158,6 @@ async def test_oneshot_model_overloaded_gives_json_error(fake: FakeAnthropic, tm
     from fakes.anthropic_api import Failure
 
     fake.default = Failure(529)
-    code, out, err = await run_bot("oneshot", "hi", env=bot_env(fake, tmp_path), cwd=tmp_path)
+    code, out, _ = await run_bot("oneshot", "hi", env=bot_env(fake, tmp_path), cwd=tmp_path)
     assert code == 1
     assert "overloaded" in json.loads(out)["error"]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -92,7 +93,7 @@ async def test_edits_of_one_message_are_spaced(
     for message in (ts, other):
         times = [c.time for c in updates(slack, message)]
         assert len(times) >= 3 and edits(slack, message)[-1] == "tick 24"
-        assert min(b - a for a, b in zip(times, times[1:], strict=False)) >= 0.1
+        assert min(b - a for a, b in itertools.pairwise(times)) >= 0.1
 
 
 async def test_final_lands_through_a_429_storm_and_every_edit_pauses(
@@ -108,7 +109,7 @@ async def test_final_lands_through_a_429_storm_and_every_edit_pauses(
     calls = updates(slack)
     assert [c.status for c in calls] == [429, 429, 429, 200, 200]
     assert [c.params["ts"] for c in calls][-2:] == [ts, other]  # the final first, though it arrived second
-    assert all(b.time - a.time >= 1.0 for a, b in zip(calls, calls[1:4], strict=False))  # nothing during a pause
+    assert all(b.time - a.time >= 1.0 for a, b in itertools.pairwise(calls[:4]))  # nothing during a pause
     assert (edits(slack, ts), edits(slack, other)) == (["done"], ["progress"])
     assert (edits_.stats.rate_limited, edits_.stats.retried, edits_.stats.sent) == (3, 3, 2)
 
@@ -245,7 +246,8 @@ async def test_the_whole_process_stays_within_the_bucket(
         for i, ts in enumerate(messages):
             edits_.update("C1", ts, text=f"m{i} r{round_}", final=round_ == 4)
         if round_ < 4:
-            await slack.wait_for(lambda n=3 * (round_ + 1): len(updates(slack)) >= n)
+            needed = 3 * (round_ + 1)
+            await slack.wait_for(lambda: len(updates(slack)) >= needed)  # noqa: B023 - awaited right here
     await edits_.idle(15)
 
     for i, ts in enumerate(messages):

@@ -86,9 +86,7 @@ async def oneshot(
     else:
         session_key = f"oneshot:{session or uuid.uuid4().hex[:12]}"
     output = CollectingOutput()
-    async with open_core(
-        settings, output, abandon_on_exit=not wait_for_async, session_prefixes=("oneshot:",)
-    ) as core:
+    async with open_core(settings, output, abandon_on_exit=not wait_for_async, session_prefixes=("oneshot:",)) as core:
         if resume and await core.store.get_session(session_key) is None:
             raise ThreadbotError(f"nothing to resume: no session {session_key!r} in {settings.db_path}")
         content = [protocol.text_block(prompt)] if prompt else []

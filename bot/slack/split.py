@@ -2,8 +2,8 @@
 
 Slack truncates long messages and renders a code block cut in half as garbage, so
 an answer is split greedily into chunks of at most `limit` characters: at the last
-paragraph break that keeps a chunk at least half full, else at a line break, never
-inside a code fence. Only a single fence longer than a message is cut inside; that
+paragraph break that keeps a chunk at least half full, else at a line break or a
+space, never inside a code fence. Only a single fence longer than a message is cut inside; that
 chunk closes the fence and the next one reopens it with the same info string.
 The split of a text's prefix never changes as the text grows, which is what lets
 a streamed answer seal its first messages while the rest is still arriving.

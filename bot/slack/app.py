@@ -1,0 +1,154 @@
+"""The bolt side: the Web API client, the `AsyncApp`, and listeners that only hand work off.
+
+Bolt acks an event before its listener runs, so ack latency is bolt's own; the
+listeners stay thin anyway (count, spawn a tracked task, return) so nothing slow
+sits between Slack and the ack even for interactions, which we ack ourselves.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.authorization import AuthorizeResult
+from slack_bolt.context.ack.async_ack import AsyncAck
+from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncRateLimitErrorRetryHandler,
+    AsyncServerErrorRetryHandler,
+)
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.config import Settings
+from bot.errors import ConfigError, ThreadbotError
+from bot.slack.cancel import Canceller
+from bot.slack.events import MessageRouter
+from bot.slack.metrics import Metrics
+from bot.slack.queues import TaskSet
+from bot.slack.render import CANCEL_ACTION
+
+log = logging.getLogger(__name__)
+
+REQUEST_TIMEOUT_S = 30
+RATE_LIMIT_RETRIES = 3
+SERVER_ERROR_RETRIES = 2
+
+
+def build_client(settings: Settings, session: aiohttp.ClientSession | None = None) -> AsyncWebClient:
+    """The one Web API client, pointed at `SLACK_API_URL`, retrying 429s (per Retry-After) and 5xx itself.
+
+    Pass a `session` (made inside the running loop): without one, slack_sdk opens a new aiohttp session,
+    and a new connection, for every call, which under load costs more than the calls themselves.
+    """
+    if settings.slack_bot_token is None:
+        raise ConfigError("SLACK_BOT_TOKEN: required for run (the bot token, xoxb-…)")
+    base_url = settings.slack_api_url if settings.slack_api_url.endswith("/") else settings.slack_api_url + "/"
+    client = AsyncWebClient(
+        token=settings.slack_bot_token.get_secret_value(),
+        base_url=base_url,
+        timeout=REQUEST_TIMEOUT_S,
+        session=session,
+    )
+    client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=RATE_LIMIT_RETRIES))
+    client.retry_handlers.append(AsyncServerErrorRetryHandler(max_retry_count=SERVER_ERROR_RETRIES))
+    return client
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who the bot is in Slack, from `auth.test`."""
+
+    team_id: str
+    user_id: str
+    bot_id: str | None
+
+
+async def identify(client: AsyncWebClient) -> Identity:
+    """`auth.test`, turned into one clear line when the token is wrong."""
+    try:
+        response = await client.auth_test()
+    except SlackApiError as exc:
+        raise ConfigError(f"SLACK_BOT_TOKEN: Slack refused it ({exc.response.get('error')})") from None
+    except OSError as exc:
+        raise ThreadbotError(f"cannot reach Slack at {client.base_url}: {exc}") from exc
+    return Identity(str(response["team_id"]), str(response["user_id"]), response.get("bot_id"))
+
+
+class Ingress:
+    """Where bolt's listeners drop events: each becomes a tracked background task, or nothing."""
+
+    def __init__(self, *, router: MessageRouter, canceller: Canceller, metrics: Metrics) -> None:
+        self._router = router
+        self._canceller = canceller
+        self._metrics = metrics
+        self.tasks = TaskSet()
+
+    @property
+    def accepting(self) -> bool:
+        return self.tasks.accepting
+
+    def message(self, body: dict[str, Any]) -> None:
+        self._metrics.inc("events_received_total")
+        self.tasks.spawn(self._router.handle(body), name=f"slack-event:{body.get('event_id')}")
+
+    def reaction(self, body: dict[str, Any]) -> None:
+        self._metrics.inc("events_received_total")
+        if self._canceller.wants(body):
+            self.tasks.spawn(self._canceller.on_reaction(body), name=f"slack-reaction:{body.get('event_id')}")
+        else:
+            self._metrics.inc("events_ignored_total")
+
+    def button(self, body: dict[str, Any]) -> None:
+        self._metrics.inc("events_received_total")
+        self.tasks.spawn(self._canceller.on_button(body), name="slack-cancel-button")
+
+    async def close(self, timeout_s: float) -> None:
+        """Stop taking events; give the handlers in flight `timeout_s` to finish."""
+        await self.tasks.close(timeout_s)
+
+
+def build_app(settings: Settings, client: AsyncWebClient, ingress: Ingress, me: Identity) -> AsyncApp:
+    """The bolt app with our four listeners; bolt's own middleware drops the bot's own events.
+
+    Authorization answers from the start-up `auth.test`: bolt's default would call `auth.test` again
+    on the first event, before acking it (and once per event until the first call returns).
+    """
+    secret = settings.slack_signing_secret.get_secret_value() if settings.slack_signing_secret else ""
+
+    async def authorize(user_id: str | None) -> AuthorizeResult:
+        return AuthorizeResult(
+            enterprise_id=None,
+            team_id=me.team_id,
+            bot_user_id=me.user_id,
+            bot_id=me.bot_id,
+            bot_token=client.token,
+            user_id=user_id,
+        )
+
+    # Bolt warns that SLACK_BOT_TOKEN is unused since we give it a client and `authorize`: that is the intent.
+    bolt_log = logging.getLogger("slack_bolt.AsyncApp")
+    level = bolt_log.level
+    bolt_log.setLevel(logging.ERROR)
+    try:
+        app = AsyncApp(name="threadbot", client=client, signing_secret=secret, authorize=authorize)
+    finally:
+        bolt_log.setLevel(level)
+
+    async def on_message(body: dict[str, Any]) -> None:
+        ingress.message(body)
+
+    async def on_reaction(body: dict[str, Any]) -> None:
+        ingress.reaction(body)
+
+    async def on_cancel_button(ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        ingress.button(body)
+
+    app.event("app_mention")(on_message)
+    app.event("message")(on_message)
+    app.event("reaction_added")(on_reaction)
+    app.action(CANCEL_ACTION)(on_cancel_button)
+    return app

@@ -1,0 +1,100 @@
+"""Cancelling from Slack: a reaction on a status message or on the request, and the Cancel button.
+
+A cancel reaction (`BOT_CANCEL_REACTIONS`) on a status message cancels the calls it
+still shows as running; on the user message that started a turn it cancels the
+whole turn. The button cancels its one call. Only the session's requester (or the
+current turn's) and users listed in `BOT_ALLOWED_USERS` may cancel; anyone else is
+ignored (a button press gets a private explanation). The status message then shows
+who cancelled, through the normal call_changed path.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.agent.engine import Engine
+from bot.calls.registry import CallRegistry
+from bot.config import Settings
+from bot.slack.filters import may_cancel
+from bot.slack.metrics import Metrics
+from bot.slack.output import SlackEdge
+
+log = logging.getLogger(__name__)
+
+NOT_YOURS = "Only the person who asked (or an allowed user) can cancel this."
+
+
+class Canceller:
+    def __init__(
+        self,
+        *,
+        client: AsyncWebClient,
+        engine: Engine,
+        registry: CallRegistry,
+        edge: SlackEdge,
+        settings: Settings,
+        metrics: Metrics,
+    ) -> None:
+        self._client = client
+        self._engine = engine
+        self._registry = registry
+        self._edge = edge
+        self._settings = settings
+        self._metrics = metrics
+
+    def wants(self, body: dict[str, Any]) -> bool:
+        """Cheap check done before spawning: is this a cancel reaction on a message?"""
+        event = body.get("event") or {}
+        item = event.get("item") or {}
+        return event.get("reaction") in self._settings.bot_cancel_reactions and item.get("type") == "message"
+
+    async def on_reaction(self, body: dict[str, Any]) -> None:
+        event = body.get("event") or {}
+        user, item = str(event.get("user") or ""), event.get("item") or {}
+        channel, ts = str(item.get("channel") or ""), str(item.get("ts") or "")
+        status = self._edge.board.find(channel, ts)
+        if status is not None:
+            if status.open_calls and await self._permitted(user, status.session_key):
+                self._metrics.inc("cancels_total")
+                await self._registry.cancel_many([call.id for call in status.open_calls], by=user)
+            return
+        session_key = self._edge.request_session(channel, ts)
+        if session_key is not None and await self._permitted(user, session_key):
+            self._metrics.inc("cancels_total")
+            await self._engine.cancel_turn(session_key, by=user)
+
+    async def on_button(self, body: dict[str, Any]) -> None:
+        user = str((body.get("user") or {}).get("id") or "")
+        for action in body.get("actions") or []:
+            call_id = str(action.get("value") or "")
+            call = await self._registry.find(call_id) if call_id else None
+            if call is None or call.is_final:
+                continue
+            if not await self._permitted(user, call.session_key):
+                await self._explain(body, user)
+                continue
+            self._metrics.inc("cancels_total")
+            await self._registry.cancel(call_id, session_key=call.session_key, by=user)
+
+    async def _permitted(self, user: str, session_key: str) -> bool:
+        requesters = await self._edge.requesters(session_key)
+        ok = may_cancel(user, requesters=requesters, allowed_users=self._settings.bot_allowed_users)
+        if not ok:
+            log.info("ignoring a cancel by %s in %s: not the requester nor an allowed user", user, session_key)
+        return ok
+
+    async def _explain(self, body: dict[str, Any], user: str) -> None:
+        container = body.get("container") or {}
+        channel = container.get("channel_id") or (body.get("channel") or {}).get("id")
+        if not channel:
+            return
+        try:
+            await self._client.chat_postEphemeral(
+                channel=channel, user=user, text=NOT_YOURS, thread_ts=container.get("thread_ts")
+            )
+        except SlackApiError as exc:
+            log.info("chat.postEphemeral failed: %s", exc.response.get("error"))

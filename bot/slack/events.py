@@ -1,0 +1,153 @@
+"""Slack messages → the engine: which thread, which session, start a turn or inject, or stop.
+
+Bolt has acked the event before any of this runs. Messages of one thread are
+handled one after another (a per-thread lock), so two quick replies reach the
+engine in the order they were written. Deduplication is recorded in the store
+before anything is dispatched: by `event_id` (Slack's redeliveries) and by
+(channel, ts) (the `message` + `app_mention` twins of one mention), so neither can
+start a second turn, not even across a restart.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.agent.engine import Delivery, Engine
+from bot.config import Settings
+from bot.slack.filters import Incoming, allowed, classify, may_cancel
+from bot.slack.history import thread_context, with_context
+from bot.slack.metrics import Metrics
+from bot.slack.output import SlackEdge
+from bot.slack.queues import KeyedLocks
+from bot.store import Store
+
+log = logging.getLogger(__name__)
+
+INJECTION_REACTION = "eyes"
+DENIAL = "Sorry, I'm not set up to answer here. Please ask the people who run me for access."
+
+
+class MessageRouter:
+    def __init__(
+        self,
+        *,
+        client: AsyncWebClient,
+        store: Store,
+        engine: Engine,
+        edge: SlackEdge,
+        settings: Settings,
+        bot_user_id: str,
+        metrics: Metrics,
+    ) -> None:
+        self._client = client
+        self._store = store
+        self._engine = engine
+        self._edge = edge
+        self._settings = settings
+        self._bot_user_id = bot_user_id
+        self._metrics = metrics
+        self._locks = KeyedLocks()
+
+    async def handle(self, body: dict[str, Any]) -> None:
+        """One `message` or `app_mention` event, start to finish."""
+        incoming = classify(body, self._bot_user_id)
+        if incoming is None:
+            self._metrics.inc("events_ignored_total")
+            return
+        async with self._locks.hold(incoming.key):
+            await self._route(incoming, str(body.get("event_id") or ""))
+
+    async def _route(self, incoming: Incoming, event_id: str) -> None:
+        session_key = await self._store.resolve(incoming.key)
+        if session_key is None and not (incoming.mentioned or incoming.direct):
+            self._metrics.inc("events_ignored_total")  # chatter in a thread the bot is not part of
+            return
+        if not await self._claim(incoming, event_id):
+            self._metrics.inc("events_duplicate_total")
+            return
+        settings = self._settings
+        users, channels = settings.bot_allowed_users, settings.bot_allowed_channels
+        if not allowed(incoming.user, incoming.channel, users=users, channels=channels):
+            self._metrics.inc("events_denied_total")
+            await self._deny(incoming)
+            return
+        if session_key is not None and incoming.is_stop:
+            await self._stop(session_key, incoming)
+            return
+        text = incoming.prompt()
+        if session_key is None:
+            session_key = await self._open_session(incoming)
+            if incoming.in_thread:
+                context = await thread_context(
+                    self._client,
+                    channel=incoming.channel,
+                    thread_ts=incoming.thread_ts,
+                    before_ts=incoming.ts,
+                    bot_user_id=self._bot_user_id,
+                )
+                text = with_context(context, text)
+        if not text.strip():
+            text = "(the user mentioned you without saying anything else)"
+        await self._deliver(session_key, incoming, text)
+
+    async def _claim(self, incoming: Incoming, event_id: str) -> bool:
+        if event_id and not await self._store.claim_event(f"event:{event_id}"):
+            return False
+        return await self._store.claim_event(f"msg:{incoming.channel}:{incoming.ts}")
+
+    async def _open_session(self, incoming: Incoming) -> str:
+        address = {
+            "edge": "slack",
+            "team": incoming.team,
+            "channel": incoming.channel,
+            "thread_ts": incoming.thread_ts,
+            "requester": incoming.user,
+        }
+        record = await self._store.ensure_session(incoming.key, address)
+        self._edge.remember_address(record.key, record.address)
+        return record.key
+
+    async def _deliver(self, session_key: str, incoming: Incoming, text: str) -> None:
+        delivery = self._engine.submit(session_key, text)
+        if delivery is Delivery.STARTED:
+            self._metrics.inc("turns_started_total")
+            self._edge.note_request(session_key, incoming.channel, incoming.ts, incoming.user)
+        elif delivery is Delivery.INJECTED:
+            self._metrics.inc("injections_total")
+            await self._react(incoming.channel, incoming.ts, INJECTION_REACTION)
+        else:
+            self._edge.notice(session_key, "I'm restarting and can't take this message; please send it again shortly.")
+
+    async def _stop(self, session_key: str, incoming: Incoming) -> None:
+        """`stop` / `cancel` as the whole reply: cancel the turn and every call, bypassing the queue."""
+        requesters = await self._edge.requesters(session_key)
+        if not may_cancel(incoming.user, requesters=requesters, allowed_users=self._settings.bot_allowed_users):
+            self._edge.notice(session_key, "Only the person who asked (or an allowed user) can stop this.")
+            return
+        self._metrics.inc("cancels_total")
+        busy = self._engine.is_busy(session_key)
+        results = await self._engine.cancel_turn(session_key, by=incoming.user)
+        if busy or any(result.cancelled for result in results):
+            await self._react(incoming.channel, incoming.ts, "octagonal_sign")
+        else:
+            self._edge.notice(session_key, "Nothing is running right now.")
+
+    async def _deny(self, incoming: Incoming) -> None:
+        """Say no once per thread, in the thread; later messages there are dropped silently."""
+        if not await self._store.claim_event(f"denied:{incoming.channel}:{incoming.thread_ts}"):
+            return
+        try:
+            await self._client.chat_postMessage(channel=incoming.channel, thread_ts=incoming.thread_ts, text=DENIAL)
+        except SlackApiError as exc:
+            log.warning("could not post the allow-list reply: %s", exc.response.get("error"))
+
+    async def _react(self, channel: str, ts: str, name: str) -> None:
+        try:
+            await self._client.reactions_add(channel=channel, timestamp=ts, name=name)
+        except SlackApiError as exc:
+            if exc.response.get("error") != "already_reacted":
+                log.info("reactions.add %s failed: %s", name, exc.response.get("error"))

@@ -1,0 +1,112 @@
+"""Which Slack events are people talking to the bot, as pure functions over the event payload.
+
+Kept apart from the dispatching so the rules (no loops with other bots, edits and
+joins are not messages, a mention seen through a plain `message` event still counts)
+can be tested from dicts alone.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+# Subtypes that are a person saying something; every other subtype (message_changed, message_deleted,
+# channel_join, bot_message, …) is bookkeeping the bot must not answer.
+SPOKEN_SUBTYPES = frozenset({None, "file_share", "thread_broadcast", "me_message"})
+STOP_WORDS = frozenset({"stop", "cancel"})
+
+
+def session_key(team: str, channel: str, thread_ts: str) -> str:
+    """A session is one Slack thread: team, channel and the ts of the thread's root message."""
+    return f"slack:{team}:{channel}:{thread_ts}"
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """A message a person wrote, in the shape the edge needs to route it."""
+
+    team: str
+    channel: str
+    user: str
+    text: str
+    ts: str
+    thread_ts: str  # the thread root: the message's own ts for a top-level message
+    mentioned: bool
+    direct: bool  # a 1:1 DM with the bot: every message is for it
+    files: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return session_key(self.team, self.channel, self.thread_ts)
+
+    @property
+    def in_thread(self) -> bool:
+        """True for a reply inside an existing thread (not the message that would start one)."""
+        return self.thread_ts != self.ts
+
+    @property
+    def is_stop(self) -> bool:
+        return self.text.strip().strip(".!").lower() in STOP_WORDS
+
+    def prompt(self) -> str:
+        """The text for the model, with a note for attached files (their contents are not fetched)."""
+        if not self.files:
+            return self.text
+        note = (
+            f"[the user attached {len(self.files)} file(s): {', '.join(self.files)}; their contents are not available]"
+        )
+        return f"{self.text}\n{note}" if self.text else note
+
+
+def strip_mention(text: str, bot_user_id: str) -> str:
+    """The text without the bot's own `<@UBOT>` / `<@UBOT|name>` mentions."""
+    return re.sub(rf"<@{re.escape(bot_user_id)}(\|[^>]*)?>", "", text).strip()
+
+
+def _file_label(item: Any) -> str:
+    if not isinstance(item, dict):
+        return "a file"
+    name = str(item.get("name") or item.get("title") or "a file")
+    kind = item.get("mimetype") or item.get("filetype")
+    return f"{name} ({kind})" if kind else name
+
+
+def classify(body: dict[str, Any], bot_user_id: str) -> Incoming | None:
+    """The message a `message` / `app_mention` event carries, or None when the bot must ignore it."""
+    event = body.get("event") or {}
+    kind = event.get("type")
+    if kind not in ("message", "app_mention"):
+        return None
+    if event.get("subtype") not in SPOKEN_SUBTYPES or event.get("hidden"):
+        return None
+    user = event.get("user")
+    if not user or user == bot_user_id or event.get("bot_id") or event.get("bot_profile"):
+        return None  # our own posts and other bots': answering them is how loops start
+    channel, ts = event.get("channel"), event.get("ts")
+    if not channel or not ts:
+        return None
+    text = str(event.get("text") or "")
+    mentioned = kind == "app_mention" or f"<@{bot_user_id}" in text
+    channel_type = event.get("channel_type") or ("im" if str(channel).startswith("D") else "channel")
+    return Incoming(
+        team=str(body.get("team_id") or event.get("team") or ""),
+        channel=str(channel),
+        user=str(user),
+        text=strip_mention(text, bot_user_id),
+        ts=str(ts),
+        thread_ts=str(event.get("thread_ts") or ts),
+        mentioned=mentioned,
+        direct=channel_type == "im",
+        files=tuple(_file_label(item) for item in event.get("files") or ()),
+    )
+
+
+def allowed(user: str, channel: str, *, users: tuple[str, ...], channels: tuple[str, ...]) -> bool:
+    """The allow-lists deny by default once set; an empty list lets everyone (everywhere) in."""
+    return (not users or user in users) and (not channels or channel in channels)
+
+
+def may_cancel(user: str, *, requesters: set[str], allowed_users: tuple[str, ...]) -> bool:
+    """Only whoever asked (the session's or the turn's requester) or an explicitly allowed user may cancel."""
+    return user in requesters or user in allowed_users

@@ -1,0 +1,66 @@
+"""A few counters and gauges, served as Prometheus text on `/metrics` next to `/healthz`.
+
+Hand-written on purpose: a dozen numbers do not need a client library, and the text
+format is stable and simple. Gauges are read when scraped, through callables, so
+nothing has to keep them up to date.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+from aiohttp import web
+
+PREFIX = "threadbot_"
+
+COUNTERS = {
+    "events_received_total": "Slack events and interactions received",
+    "events_duplicate_total": "events dropped as redeliveries or message/app_mention twins",
+    "events_ignored_total": "events that were not for the bot (other bots, edits, chatter)",
+    "events_denied_total": "messages refused by BOT_ALLOWED_USERS / BOT_ALLOWED_CHANNELS",
+    "turns_started_total": "messages that started a turn",
+    "injections_total": "messages injected into a running turn",
+    "cancels_total": "cancel requests (reactions, buttons, stop)",
+    "slack_posts_total": "chat.postMessage calls that landed",
+    "slack_errors_total": "Slack Web API calls that failed after retries",
+}
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self._gauges: dict[str, tuple[str, Callable[[], float]]] = {}
+
+    def inc(self, name: str, amount: int = 1) -> None:
+        if name not in COUNTERS:
+            raise KeyError(f"unknown counter {name}")
+        self.counts[name] += amount
+
+    def gauge(self, name: str, help_text: str, read: Callable[[], float]) -> None:
+        self._gauges[name] = (help_text, read)
+
+    def render(self) -> str:
+        lines: list[str] = []
+        for name, help_text in COUNTERS.items():
+            lines += [f"# HELP {PREFIX}{name} {help_text}", f"# TYPE {PREFIX}{name} counter"]
+            lines.append(f"{PREFIX}{name} {self.counts[name]}")
+        for name, (help_text, read) in self._gauges.items():
+            lines += [f"# HELP {PREFIX}{name} {help_text}", f"# TYPE {PREFIX}{name} gauge"]
+            lines.append(f"{PREFIX}{name} {float(read()):g}")
+        return "\n".join(lines) + "\n"
+
+    def web_app(self, healthy: Callable[[], bool]) -> web.Application:
+        """`/healthz` (200 while the daemon takes events, else 503) and `/metrics`."""
+
+        async def healthz(request: web.Request) -> web.Response:
+            ok = healthy()
+            return web.Response(status=200 if ok else 503, text="ok\n" if ok else "stopping\n")
+
+        async def metrics(request: web.Request) -> web.Response:
+            return web.Response(text=self.render(), content_type="text/plain", charset="utf-8")
+
+        app = web.Application()
+        app.router.add_get("/healthz", healthz)
+        app.router.add_get("/metrics", metrics)
+        return app

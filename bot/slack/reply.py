@@ -1,0 +1,125 @@
+"""One streamed answer: posted on its first words, edited in place, split when it outgrows a message.
+
+The answer is a list of Slack messages ("parts"), one per chunk of `split_text`.
+Posting a part is I/O that must keep its order, so it runs as a queued operation
+of the session; editing a part that exists is handed to the `EditScheduler`, which
+spaces and coalesces edits, so text deltas can arrive as fast as the model streams.
+A chunk that is no longer the last one can never change again (the split is stable
+under appending), so it is sent as a final edit; the last chunk becomes final when
+the answer is done.
+
+The first post waits up to `first_post_wait_s` for the answer to finish: every
+`chat.update` spends a workspace-wide budget of about 50 a minute, and most answers
+take under a second to stream, so they land whole in one post and need no edit at
+all ("is thinking…" shows meanwhile). A longer answer is posted after that wait and
+then edited about once a second.
+
+A quiet session (the heartbeat's) is not streamed: its answer is posted once, when
+done, and not at all if it is exactly the quiet word. Whether a session is quiet is
+asked lazily, because its address may still be loading when the first words arrive;
+the first post is queued behind that load, so it always knows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from bot.slack.render import Block, answer_message
+from bot.slack.split import split_text
+
+log = logging.getLogger(__name__)
+
+FIRST_POST_WAIT_S = 1.0
+
+Post = Callable[[str, list[Block]], Awaitable[tuple[str, str] | None]]
+"""Posts (text, blocks) in the session's thread; returns the new message's (channel, ts), None on failure."""
+Edit = Callable[[str, str, str, list[Block], bool], None]
+"""Asks for an edit of (channel, ts, text, blocks, final)."""
+Enqueue = Callable[[Callable[[], Awaitable[None]]], None]
+"""Queues an operation behind the session's other Slack operations."""
+
+
+@dataclass(slots=True)
+class _Part:
+    channel: str
+    ts: str
+    shown: str
+    final: bool
+
+
+@dataclass(slots=True)
+class ReplyStream:
+    post: Post
+    edit: Edit
+    enqueue: Enqueue
+    quiet: Callable[[], str | None] = lambda: None
+    first_post_wait_s: float = FIRST_POST_WAIT_S
+    text: str = ""
+    done: bool = False
+    parts: list[_Part] = field(default_factory=list)
+    _finished: asyncio.Event = field(default_factory=asyncio.Event)
+    _flush_queued: bool = False
+    _broken: bool = False
+
+    def add(self, delta: str) -> None:
+        self.text += delta
+        self._sync()
+
+    def finish(self) -> None:
+        """The answer is complete: every part becomes final (and a quiet answer is posted, if it says anything)."""
+        if not self.done:
+            self.done = True
+            self._finished.set()
+            self._sync()
+
+    def _held_back(self) -> bool:
+        """A quiet answer shows nothing until done, and nothing at all if it is just the quiet word."""
+        quiet = self.quiet()
+        return quiet is not None and (not self.done or self.text.strip() == quiet)
+
+    def _sync(self) -> None:
+        """Edit the parts that exist; queue one flush for the parts that do not exist yet."""
+        if self._broken or not self.text.strip() or self._held_back():
+            return
+        chunks = split_text(self.text)
+        for index, chunk in enumerate(chunks):
+            sealed = self.done or index < len(chunks) - 1
+            if index >= len(self.parts):
+                if not self._flush_queued:
+                    self._flush_queued = True
+                    self.enqueue(self._flush)
+                return
+            part = self.parts[index]
+            if part.final or (part.shown == chunk and not sealed):
+                continue
+            text, blocks = answer_message(chunk, streaming=not sealed)
+            self.edit(part.channel, part.ts, text, blocks, sealed)
+            part.shown, part.final = chunk, sealed
+
+    async def _flush(self) -> None:
+        """Post the missing parts in order, with the text as it is now; then catch up with edits."""
+        if not self.parts and not self.done and len(split_text(self.text)) == 1:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._finished.wait(), self.first_post_wait_s)
+        try:
+            while not self._held_back():
+                chunks = split_text(self.text)
+                index = len(self.parts)
+                if index >= len(chunks):
+                    break
+                chunk = chunks[index]
+                sealed = self.done or index < len(chunks) - 1
+                text, blocks = answer_message(chunk, streaming=not sealed)
+                where = await self.post(text, blocks)
+                if where is None:
+                    log.warning("could not post part %d of an answer; the rest of it is not shown", index + 1)
+                    self._broken = True
+                    return
+                self.parts.append(_Part(*where, chunk, sealed))
+        finally:
+            self._flush_queued = False
+        self._sync()

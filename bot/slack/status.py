@@ -1,0 +1,109 @@
+"""Status messages: one Slack message per tool batch, kept in step with its calls until all are final.
+
+The message is posted as a queued operation of its session and then only edited,
+through the `EditScheduler`, as progress and endings arrive; a call that outlives
+its turn keeps updating the same message. The board also answers "which calls does
+this message show?", which is what a cancel reaction on it needs.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from bot.calls.models import ToolCall
+from bot.slack.render import Block, status_message
+
+Post = Callable[[str, list[Block]], Awaitable[tuple[str, str] | None]]
+"""Posts (text, blocks) in the session's thread; returns the new message's (channel, ts), None on failure."""
+Edit = Callable[[str, str, str, list[Block], bool], None]
+"""Asks for an edit of (channel, ts, text, blocks, final)."""
+
+REMEMBER_MESSAGES = 2_000
+"""Finished status messages remembered for lookups (a late reaction on them is answered, not guessed)."""
+
+
+@dataclass(slots=True)
+class StatusMessage:
+    session_key: str
+    calls: list[ToolCall]
+    channel: str | None = None
+    ts: str | None = None
+    shown: str | None = None
+    final: bool = False
+    failed: bool = False
+    posting: bool = True  # until the post returns, changes are left to the post itself
+
+    @property
+    def open_calls(self) -> list[ToolCall]:
+        return [call for call in self.calls if not call.is_final]
+
+
+class StatusBoard:
+    def __init__(self, edit: Edit) -> None:
+        self._edit = edit
+        self._by_call: dict[str, StatusMessage] = {}
+        self._by_ts: OrderedDict[tuple[str, str], StatusMessage] = OrderedDict()
+
+    def start(self, session_key: str, calls: list[ToolCall]) -> StatusMessage:
+        """Track a new batch; the caller queues `post(message, ...)` behind the session's other posts."""
+        message = StatusMessage(session_key, list(calls))
+        for call in calls:
+            self._by_call[call.id] = message
+        return message
+
+    async def post(self, message: StatusMessage, poster: Post) -> None:
+        """Post the batch as it is now (calls may have moved on since they started), then catch up."""
+        text, blocks = status_message(message.calls)
+        message.final = all(call.is_final for call in message.calls)
+        try:
+            where = await poster(text, blocks)
+        finally:
+            message.posting = False
+        if where is None:
+            message.failed = True
+            self._forget(message)
+            return
+        channel, ts = where
+        message.channel, message.ts, message.shown = channel, ts, text
+        self._by_ts[(channel, ts)] = message
+        self._trim()
+        if message.final:
+            self._forget(message)
+        else:
+            self.refresh(message)
+
+    def changed(self, call: ToolCall) -> None:
+        """A call moved on: re-render the message that shows it (the scheduler keeps only the newest state)."""
+        message = self._by_call.get(call.id)
+        if message is not None and not message.posting:
+            self.refresh(message)
+
+    def refresh(self, message: StatusMessage) -> None:
+        if message.ts is None or message.channel is None or message.failed:
+            return
+        text, blocks = status_message(message.calls)
+        final = all(call.is_final for call in message.calls)
+        if text == message.shown and final == message.final:
+            return
+        message.shown, message.final = text, final
+        self._edit(message.channel, message.ts, text, blocks, final)
+        if final:
+            self._forget(message)
+
+    def find(self, channel: str, ts: str) -> StatusMessage | None:
+        """The status message posted at (channel, ts), if this process posted it."""
+        return self._by_ts.get((channel, ts))
+
+    def open_messages(self) -> int:
+        return len({id(message) for message in self._by_call.values()})
+
+    def _forget(self, message: StatusMessage) -> None:
+        for call in message.calls:
+            if self._by_call.get(call.id) is message:
+                del self._by_call[call.id]
+
+    def _trim(self) -> None:
+        while len(self._by_ts) > REMEMBER_MESSAGES:
+            self._by_ts.popitem(last=False)

@@ -1,0 +1,507 @@
+"""The Slack daemon as a real process (`python -m bot run`) against the fake Slack and the fake Messages API.
+
+Nothing in the daemon is mocked: slack_bolt, slack_sdk and anthropic talk over sockets to the fakes, which
+run in the test's event loop. Every wait is on a condition the fakes observe (an API call, an ack, a model
+request), with a timeout; nothing sleeps hoping it is enough.
+
+Starting the daemon costs seconds (importing anthropic alone is most of it), so the tests that need no
+special settings share one daemon for the module, each in its own channel and with its own scripted model
+answers (routed by the conversation's first words). Tests that need their own settings, or a restart,
+start their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import re
+import signal
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+from fakes.anthropic_api import Failure, FakeAnthropic, Reply, text, tool_use, user_texts
+from fakes.slack_api import FakeSlack, StoredMessage, event_callback_body, signed_event_request
+
+ROOT = Path(__file__).resolve().parents[1]
+WAIT_S = 15.0
+SIGNING_SECRET = "test-signing-secret"
+
+pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio(loop_scope="module")]
+
+
+@dataclass
+class Daemon:
+    """One `python -m bot run` process; `stop()` sends SIGTERM, waits, and kills if it must."""
+
+    slack: FakeSlack
+    model: FakeAnthropic
+    data_dir: Path
+    env: dict[str, str] = field(default_factory=dict)
+    port: int | None = None
+    process: asyncio.subprocess.Process | None = None
+    log_path: Path | None = None
+    runs: int = 0
+
+    async def start(self) -> None:
+        self.runs += 1
+        self.log_path = self.data_dir / f"daemon-{self.runs}.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("BOT_", "SLACK_", "ANTHROPIC_"))}
+        env.update(
+            PYTHONPATH=str(ROOT),
+            SLACK_API_URL=self.slack.api_url,
+            SLACK_BOT_TOKEN="xoxb-test",
+            SLACK_APP_TOKEN="xapp-test",
+            ANTHROPIC_BASE_URL=self.model.url,
+            ANTHROPIC_API_KEY="test",
+            BOT_DATA_DIR=str(self.data_dir),
+        )
+        env.update(self.env)
+        args = ["--port", str(self.port)] if self.port is not None else []
+        with self.log_path.open("wb") as log:
+            self.process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "bot", "run", *args, cwd=self.data_dir, env=env, stdout=log, stderr=log
+            )
+
+    async def connected(self, total: int = 1) -> None:
+        try:
+            await self.slack.wait_connected(WAIT_S, total=total)
+        except TimeoutError:
+            raise AssertionError(f"the daemon never connected; log:\n{self.log()}") from None
+
+    async def stop(self, timeout_s: float = 20.0) -> int | None:
+        """SIGTERM and wait; kill (and fail) if it does not stop in time. Returns the exit status."""
+        process, self.process = self.process, None
+        if process is None or process.returncode is not None:
+            return process.returncode if process else None
+        process.send_signal(signal.SIGTERM)
+        try:
+            return await asyncio.wait_for(process.wait(), timeout_s)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+            raise AssertionError(f"the daemon ignored SIGTERM for {timeout_s}s; log:\n{self.log()}") from None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
+
+
+class Script:
+    """The model's answers by conversation: a request gets the next reply queued for its first user words."""
+
+    def __init__(self) -> None:
+        self.queues: dict[str, list[Reply | Failure]] = {}
+
+    def add(self, prefix: str, *replies: Reply | Failure) -> None:
+        self.queues.setdefault(prefix, []).extend(replies)
+
+    def __call__(self, request: dict[str, Any]) -> Reply | Failure:
+        first = user_texts(request)[0]
+        for prefix, queue in self.queues.items():
+            if prefix in first and queue:
+                return queue.pop(0)
+        return Reply.text_only("ok")
+
+
+@dataclass
+class World:
+    """What a test sees: the fakes, the daemon, its own channel and its own part of the model's script."""
+
+    slack: FakeSlack
+    model: FakeAnthropic
+    daemon: Daemon
+    script: Script
+    channel: str
+
+    def requests(self, prefix: str) -> list[dict[str, Any]]:
+        """The model requests of the conversation that began with `prefix`."""
+        return [r for r in self.model.requests if prefix in user_texts(r)[0]]
+
+
+async def _stop_quietly(daemon: Daemon) -> None:
+    try:
+        await daemon.stop()
+    finally:
+        if daemon.process is not None and daemon.process.returncode is None:
+            daemon.process.kill()
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def shared(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[FakeSlack, FakeAnthropic, Daemon]]:
+    """One daemon (Socket Mode, default settings) for the module's ordinary tests; always stopped."""
+    async with FakeSlack() as slack, FakeAnthropic() as model:
+        daemon = Daemon(slack, model, tmp_path_factory.mktemp("shared-daemon"))
+        try:
+            await daemon.start()
+            await daemon.connected()
+            yield slack, model, daemon
+        finally:
+            await _stop_quietly(daemon)
+
+
+_channels = itertools.count(1)
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def world(shared: tuple[FakeSlack, FakeAnthropic, Daemon]) -> World:
+    slack, model, daemon = shared
+    script = Script()
+    model.default = script
+    return World(slack, model, daemon, script, f"C{next(_channels):03d}")
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def own(tmp_path: Path) -> AsyncIterator[World]:
+    """Fresh fakes and a daemon NOT started yet: the test sets `daemon.env` first. Always stopped."""
+    async with FakeSlack() as slack, FakeAnthropic() as model:
+        script = Script()
+        model.default = script
+        daemon = Daemon(slack, model, tmp_path)
+        try:
+            yield World(slack, model, daemon, script, "C1")
+        finally:
+            await _stop_quietly(daemon)
+
+
+# --- helpers -------------------------------------------------------------------------------------------
+
+
+def bot_posts(slack: FakeSlack, channel: str, thread_ts: str) -> list[StoredMessage]:
+    return slack.posts_in_thread(channel, thread_ts)
+
+
+def status_posts(slack: FakeSlack, channel: str, thread_ts: str) -> list[StoredMessage]:
+    return [m for m in bot_posts(slack, channel, thread_ts) if m.blocks and m.blocks[0].get("type") == "section"]
+
+
+async def wait_text(slack: FakeSlack, channel: str, thread_ts: str, needle: str) -> StoredMessage:
+    def check() -> StoredMessage | None:
+        return next((m for m in bot_posts(slack, channel, thread_ts) if needle in m.text), None)
+
+    return await slack.wait_for(check, WAIT_S, f"a bot post containing {needle!r}")
+
+
+async def wait_status(slack: FakeSlack, channel: str, thread_ts: str) -> StoredMessage:
+    found = await slack.wait_for(lambda: status_posts(slack, channel, thread_ts), WAIT_S, "a status message")
+    return found[0]
+
+
+async def mention(slack: FakeSlack, channel: str, words: str, **kwargs: Any) -> dict[str, Any]:
+    """A mention as Slack delivers it in a channel: the `app_mention` event and its `message` twin."""
+    event = slack.mention(channel, words, **kwargs)
+    ack = await slack.send_event(event)
+    await slack.send_event({**event, "type": "message", "channel_type": "channel"})
+    await slack.wait_ack(ack)
+    return event
+
+
+async def reply(slack: FakeSlack, channel: str, thread_ts: str, words: str, user: str = "U1") -> dict[str, Any]:
+    event = slack.user_message(channel, words, user=user, thread_ts=thread_ts)
+    await slack.wait_ack(await slack.send_event(event))
+    return event
+
+
+def _normalised(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+# --- tests on the shared daemon --------------------------------------------------------------------------
+
+
+async def test_mention_gets_a_threaded_markdown_reply(world: World) -> None:
+    slack, channel = world.slack, world.channel
+    world.script.add("hi bot", Reply.text_only("Hello **there**."))
+    event = await mention(slack, channel, "hi bot")
+    answer = await wait_text(slack, channel, event["ts"], "Hello")
+    await slack.wait_for(lambda: answer.text == "Hello **there**.", WAIT_S, "the full answer")
+    assert answer.thread_ts == event["ts"]
+    assert answer.blocks == [{"type": "markdown", "text": "Hello **there**."}]
+    [request] = world.requests("hi bot")
+    assert user_texts(request) == ["hi bot"]
+    assert (channel, event["ts"], "is thinking…") in slack.assistant_statuses
+
+
+async def test_follow_up_in_thread_continues_without_a_mention(world: World) -> None:
+    slack, channel = world.slack, world.channel
+    world.script.add("remember 42", Reply.text_only("Noted: 42."), Reply.text_only("It was 42."))
+    event = await mention(slack, channel, "remember 42")
+    await wait_text(slack, channel, event["ts"], "Noted: 42.")
+    chatter = slack.user_message(channel, "unrelated chatter")  # a thread the bot is not part of
+    await slack.wait_ack(await slack.send_event(chatter))
+    await reply(slack, channel, event["ts"], "what was the number?")
+    await wait_text(slack, channel, event["ts"], "It was 42.")
+    _, second = world.requests("remember 42")
+    assert [m["role"] for m in second["messages"]] == ["user", "assistant", "user"]
+    assert user_texts(second) == ["remember 42", "what was the number?"]
+    assert not any("unrelated chatter" in t for r in world.model.requests for t in user_texts(r))
+
+
+async def test_direct_message_starts_a_session(world: World) -> None:
+    slack = world.slack
+    world.script.add("hello in private", Reply.text_only("Hi in private."))
+    event = slack.user_message("D1", "hello in private", user="U2")
+    await slack.wait_ack(await slack.send_event(event))
+    answer = await wait_text(slack, "D1", event["ts"], "Hi in private.")
+    assert answer.thread_ts == event["ts"]
+
+
+async def test_duplicate_deliveries_give_one_turn(world: World) -> None:
+    slack, channel = world.slack, world.channel
+    world.script.add("do it once", Reply.text_only("Just once."), Reply.text_only("Second turn."))
+    event = slack.mention(channel, "do it once")
+    first = await slack.send_event(event)
+    await slack.send_event({**event, "type": "message", "channel_type": "channel"})  # the message twin
+    await slack.wait_ack(first)
+    await slack.wait_ack(await slack.redeliver(first))  # Slack's retry: same event_id, new envelope
+    await slack.wait_ack(await slack.redeliver(first))
+    await wait_text(slack, channel, event["ts"], "Just once.")
+    # Events of one thread are handled in order, so once this reply is answered, every duplicate was seen.
+    await reply(slack, channel, event["ts"], "and again")
+    await wait_text(slack, channel, event["ts"], "Second turn.")
+    assert [user_texts(r)[-1] for r in world.requests("do it once")] == ["do it once", "and again"]
+
+
+async def test_status_message_shows_progress_and_the_end(world: World) -> None:
+    slack, channel = world.slack, world.channel
+    world.script.add(
+        "sleep 3 seconds",
+        Reply.tools(tool_use("sleep_for", {"seconds": 3}), text="Sleeping a bit."),
+        Reply.text_only("Rested."),
+    )
+    event = await mention(slack, channel, "sleep 3 seconds")
+    await wait_text(slack, channel, event["ts"], "Rested.")
+    status = await wait_status(slack, channel, event["ts"])
+    await slack.wait_for(lambda: "✅" in status.text, WAIT_S, "the final status")
+    revisions = [r.text for r in status.history]
+    assert "`sleep_for(seconds=3)`" in revisions[0]
+    assert any(re.search(r"⏳ .* — running \ds · slept \ds of 3s", t) for t in revisions), revisions
+    assert re.search(r"✅ `sleep_for\(seconds=3\)` — done in 3\.\ds", status.text)
+    assert (status.history[0].blocks or [])[0]["accessory"]["action_id"] == "cancel_call"
+    assert "accessory" not in (status.blocks or [{}])[0]
+    answers = [m.text for m in bot_posts(slack, channel, event["ts"]) if m is not status]
+    assert answers == ["Sleeping a bit.", "Rested."]
+
+
+async def test_reply_while_a_tool_runs_is_injected(world: World) -> None:
+    slack, channel = world.slack, world.channel
+    world.script.add(
+        "sleep for a while",
+        Reply.tools(tool_use("sleep_for", {"seconds": 30})),
+        Reply.text_only("Understood, hurrying."),
+    )
+    event = await mention(slack, channel, "sleep for a while")
+    status = await wait_status(slack, channel, event["ts"])
+    note = await reply(slack, channel, event["ts"], "actually, hurry up")
+    await slack.wait_for(lambda: "eyes" in slack.reactions_on(channel, note["ts"]), WAIT_S, "the eyes reaction")
+    await wait_text(slack, channel, event["ts"], "Understood, hurrying.")
+    second = world.requests("sleep for a while")[1]
+    assert "[mid-turn user note] actually, hurry up" in user_texts(second)
+    await reply(slack, channel, event["ts"], "stop")  # end the background sleep
+    await slack.wait_for(lambda: "cancelled by <@U1>" in status.text, WAIT_S, "the cancelled status")
+
+
+async def test_cancel_reactions_on_status_message_and_request(world: World) -> None:
+    slack, model, channel = world.slack, world.model, world.channel
+    world.script.add("first job", Reply.tools(tool_use("sleep_for", {"seconds": 30})))
+    world.script.add("second job", Reply.tools(tool_use("sleep_for", {"seconds": 30})))
+    event = await mention(slack, channel, "first job")
+    status = await wait_status(slack, channel, event["ts"])
+    await slack.send_event(slack.reaction_added("U2", "x", channel, status.ts))  # not the requester: ignored
+    await slack.send_event(slack.reaction_added("U1", "thumbsup", channel, status.ts))  # not a cancel reaction
+    sent = time.perf_counter()
+    await slack.send_event(slack.reaction_added("U1", "x", channel, status.ts))
+    await slack.wait_for(lambda: len(world.requests("first job")) == 2, WAIT_S, "the model told of the cancel")
+    arrived = model.request_times[model.requests.index(world.requests("first job")[1])]
+    assert arrived - sent < 1.0, "the cancelled call should reach the model within a second"
+    results = world.requests("first job")[1]["messages"][-1]["content"]
+    assert [block["content"] for block in results] == ["cancelled by U1"]
+    await slack.wait_for(lambda: "🚫" in status.text and "cancelled by <@U1>" in status.text, WAIT_S, "🚫 status")
+
+    other = await mention(slack, channel, "second job")
+    second_status = await wait_status(slack, channel, other["ts"])
+    await slack.send_event(slack.reaction_added("U1", "octagonal_sign", channel, other["ts"]))  # on the request
+    await wait_text(slack, channel, other["ts"], "Stopped by <@U1>")
+    await slack.wait_for(lambda: "cancelled by <@U1>" in second_status.text, WAIT_S, "the cancelled status")
+
+
+async def test_cancel_button_cancels_its_call(world: World) -> None:
+    slack, channel = world.slack, world.channel
+    keep, stop = tool_use("sleep_for", {"seconds": 2}), tool_use("sleep_for", {"seconds": 30})
+    world.script.add("two sleeps", Reply.tools(keep, stop), Reply.text_only("One was cancelled."))
+    event = await mention(slack, channel, "two sleeps")
+    status = await wait_status(slack, channel, event["ts"])
+    sent = time.perf_counter()
+    envelope = await slack.send_interactive(slack.block_action(channel, status.ts, "cancel_call", stop["id"]))
+    await slack.wait_ack(envelope)
+    await slack.wait_for(lambda: "cancelled by <@U1>" in status.text, WAIT_S, "the cancelled status")
+    assert time.perf_counter() - sent < 3.0
+    await wait_text(slack, channel, event["ts"], "One was cancelled.")
+    results = {b["tool_use_id"]: b["content"] for b in world.requests("two sleeps")[1]["messages"][-1]["content"]}
+    assert results == {keep["id"]: "slept for 2s", stop["id"]: "cancelled by U1"}
+    await slack.wait_for(lambda: "✅" in status.text and "🚫" in status.text, WAIT_S, "both final states")
+
+
+async def test_stop_reply_cancels_the_turn_and_its_calls(world: World) -> None:
+    slack, channel = world.slack, world.channel
+    world.script.add(
+        "sleep twice", Reply.tools(tool_use("sleep_for", {"seconds": 30}), tool_use("sleep_for", {"seconds": 40}))
+    )
+    event = await mention(slack, channel, "sleep twice")
+    status = await wait_status(slack, channel, event["ts"])
+    stop = await reply(slack, channel, event["ts"], "stop")
+    await wait_text(slack, channel, event["ts"], "🛑 Stopped by <@U1>.")
+    await slack.wait_for(lambda: status.text.count("cancelled by <@U1>") == 2, WAIT_S, "both calls cancelled")
+    assert "octagonal_sign" in slack.reactions_on(channel, stop["ts"])
+    assert len(world.requests("sleep twice")) == 1
+
+
+async def test_rate_limit_storm_on_chat_update_loses_no_final_state(world: World) -> None:
+    slack, channel = world.slack, world.channel
+    answer = "\n\n".join(f"Paragraph {i}: " + "all good " * 20 for i in range(6))
+    world.script.add(
+        "storm",
+        Reply.tools(tool_use("sleep_for", {"seconds": 2}), tool_use("sleep_for", {"seconds": 1}), text="Working."),
+        Reply.text_only(answer),
+    )
+    before = slack.rate_limited["chat.update"]
+    slack.fail("chat.update", status=429, retry_after=1, times=4)
+    event = await mention(slack, channel, "storm")
+    await slack.wait_for(lambda: slack.rate_limited["chat.update"] >= before + 4, WAIT_S, "four 429s")
+    status = await wait_status(slack, channel, event["ts"])
+    await slack.wait_for(lambda: status.text.count("✅") == 2, WAIT_S, "both calls done on the status message")
+    await slack.wait_for(
+        lambda: any(m.text == answer for m in bot_posts(slack, channel, event["ts"])), WAIT_S, "the whole answer"
+    )
+    assert not any("accessory" in block for block in status.blocks or [])
+
+
+async def test_long_answer_is_split_without_losing_text(world: World) -> None:
+    slack, channel = world.slack, world.channel
+    code = "```python\n" + "\n".join(f"print({i})  # a line of code" for i in range(80)) + "\n```"
+    paragraphs = [f"Section {i}. " + " ".join(f"word{i}-{j}" for j in range(150)) for i in range(9)]
+    answer = "\n\n".join([*paragraphs[:4], code, *paragraphs[4:]])
+    assert len(answer) >= 12_000
+    world.script.add("write a lot", Reply.text_only(answer))
+    event = await mention(slack, channel, "write a lot")
+
+    def complete() -> list[StoredMessage] | None:
+        posts = bot_posts(slack, channel, event["ts"])
+        return posts if posts and posts[-1].text.rstrip().endswith("word8-149") else None
+
+    posts = await slack.wait_for(complete, WAIT_S, "the last part")
+    assert len(posts) >= 4
+    assert all(len(post.text) <= 4_000 for post in posts)
+    assert all(post.text.count("```") % 2 == 0 for post in posts)
+    assert _normalised(" ".join(post.text for post in posts)) == _normalised(answer)
+
+
+async def test_failures_are_one_line_in_the_thread_and_the_session_goes_on(world: World) -> None:
+    slack, channel = world.slack, world.channel
+    world.script.add(
+        "break things",
+        Reply.tools(tool_use("sleep_for", {"seconds": -5}), text="Trying."),  # the tool refuses its input
+        Reply.text_only("That did not work."),
+        Failure(400, "invalid_request_error", "prompt is too long"),  # a 400 is not retried
+        Reply.text_only("Back on track."),
+    )
+    event = await mention(slack, channel, "break things")
+    status = await wait_status(slack, channel, event["ts"])
+    await slack.wait_for(lambda: "❌" in status.text and "failed:" in status.text, WAIT_S, "the failed call")
+    await wait_text(slack, channel, event["ts"], "That did not work.")
+    await reply(slack, channel, event["ts"], "try again")
+    line = await wait_text(slack, channel, event["ts"], "Model error")
+    assert line.text == "⚠️ Model error: the model rejected the request: prompt is too long"
+    await reply(slack, channel, event["ts"], "and now?")
+    await wait_text(slack, channel, event["ts"], "Back on track.")
+
+
+# --- tests with a daemon of their own ------------------------------------------------------------------------
+
+
+async def test_allow_list_denies_politely_once_per_thread(own: World) -> None:
+    slack, model, daemon = own.slack, own.model, own.daemon
+    daemon.env["BOT_ALLOWED_USERS"] = "U9"
+    await daemon.start()
+    await daemon.connected()
+    own.script.add("let me in", Reply.text_only("Welcome, U9."))
+    event = await mention(slack, "C1", "let me in", user="U1")
+    await mention(slack, "C1", "please?", user="U1", thread_ts=event["ts"])
+    await mention(slack, "C1", "I am allowed", user="U9", thread_ts=event["ts"])
+    await wait_text(slack, "C1", event["ts"], "Welcome, U9.")
+    denials = [m for m in bot_posts(slack, "C1", event["ts"]) if "not set up to answer" in m.text]
+    assert len(denials) == 1
+    [request] = model.requests  # the refused messages reach the model only as the thread's context
+    assert user_texts(request)[-1].endswith("[The message addressed to you]\nI am allowed")
+
+
+async def test_restart_mid_session_continues_the_conversation(own: World) -> None:
+    slack, model, daemon = own.slack, own.model, own.daemon
+    await daemon.start()
+    await daemon.connected()
+    own.script.add("remember 7", Reply.text_only("I will remember 7."), Reply.text_only("You said 7."))
+    event = await mention(slack, "C1", "remember 7")
+    await wait_text(slack, "C1", event["ts"], "I will remember 7.")
+    assert await daemon.stop() == 0
+    await daemon.start()
+    await daemon.connected(total=2)
+    await reply(slack, "C1", event["ts"], "what did I say?")
+    await wait_text(slack, "C1", event["ts"], "You said 7.")
+    first, second = model.requests
+    assert second["messages"][:2] == [
+        *first["messages"],
+        {"role": "assistant", "content": [text("I will remember 7.")]},
+    ]
+    assert user_texts(second)[-1] == "what did I say?"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def _post_until_up(url: str, raw: bytes, headers: dict[str, str]) -> tuple[int, str]:
+    """POST, retrying only while the daemon is not listening yet (bounded by WAIT_S)."""
+    deadline = time.monotonic() + WAIT_S
+    async with aiohttp.ClientSession() as session:
+        while True:
+            try:
+                async with session.post(url, data=raw, headers=headers) as response:
+                    return response.status, await response.text()
+            except aiohttp.ClientConnectorError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+
+
+async def test_http_mode_verifies_signatures_and_answers(own: World) -> None:
+    slack, daemon = own.slack, own.daemon
+    metrics_port = _free_port()
+    daemon.env.update(SLACK_APP_TOKEN="", SLACK_SIGNING_SECRET=SIGNING_SECRET, BOT_METRICS_PORT=str(metrics_port))
+    daemon.port = _free_port()
+    await daemon.start()
+    url = f"http://127.0.0.1:{daemon.port}/slack/events"
+    own.script.add("hi over http", Reply.text_only("Hello over HTTP."))
+    event = slack.mention("C1", "hi over http")
+    forged, forged_headers = signed_event_request(event_callback_body(event), "wrong-secret")
+    assert (await _post_until_up(url, forged, forged_headers))[0] == 401
+    raw, headers = signed_event_request(event_callback_body(event), SIGNING_SECRET)
+    assert (await _post_until_up(url, raw, headers))[0] == 200
+    await wait_text(slack, "C1", event["ts"], "Hello over HTTP.")
+    assert slack.connections == []
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"http://127.0.0.1:{metrics_port}/healthz") as response:
+            assert (response.status, await response.text()) == (200, "ok\n")
+        async with session.get(f"http://127.0.0.1:{metrics_port}/metrics") as response:
+            metrics = await response.text()
+    assert "# TYPE threadbot_events_received_total counter" in metrics
+    assert "threadbot_events_received_total 1\n" in metrics  # the forged request never got past bolt
+    assert "threadbot_turns_started_total 1\n" in metrics

@@ -1,0 +1,164 @@
+"""Slack messages into the engine, in process: thread context, filtering, files, `stop`, refusals.
+
+The router gets event bodies directly (bolt's part is covered end to end); the engine is real and talks
+to the fake Messages API, the edge is real and talks to the fake Slack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from conftest import CoreFactory
+from fakes.anthropic_api import FakeAnthropic, Reply, tool_use, user_texts
+from fakes.slack_api import FakeSlack, event_callback_body
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slack.edits import EditScheduler
+from bot.slack.events import DENIAL, MessageRouter
+from bot.slack.metrics import Metrics
+from bot.slack.output import SlackEdge
+
+WAIT_S = 10.0
+
+
+@dataclass
+class Rig:
+    slack: FakeSlack
+    model: FakeAnthropic
+    router: MessageRouter
+    metrics: Metrics
+    edits: EditScheduler
+
+    async def send(self, event: dict[str, Any]) -> None:
+        await self.router.handle(event_callback_body(event))
+
+    async def wait_post(self, channel: str, thread_ts: str, needle: str) -> None:
+        def found() -> bool:
+            return any(needle in m.text for m in self.slack.posts_in_thread(channel, thread_ts))
+
+        await self.slack.wait_for(found, WAIT_S, f"a post containing {needle!r}")
+
+
+async def make_rig(slack: FakeSlack, fake: FakeAnthropic, core_factory: CoreFactory, **settings: Any) -> Rig:
+    client = AsyncWebClient(token="xoxb-test", base_url=slack.api_url)
+    edits = EditScheduler(client, min_interval_s=0.01)
+    await edits.start()
+    edge = SlackEdge(client, edits, team_id="T1")
+    core = await core_factory(output=edge, **settings)
+    edge.attach(core.store)
+    metrics = Metrics()
+    router = MessageRouter(
+        client=client,
+        store=core.store,
+        engine=core.engine,
+        edge=edge,
+        settings=core.settings,
+        bot_user_id="UBOT",
+        metrics=metrics,
+    )
+    return Rig(slack, fake, router, metrics, edits)
+
+
+RigFactory = Callable[..., Awaitable[Rig]]
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlack]:
+    async with FakeSlack() as server:
+        yield server
+
+
+@pytest.fixture
+async def rigs(slack: FakeSlack, fake: FakeAnthropic, core_factory: CoreFactory) -> AsyncIterator[RigFactory]:
+    """Builds rigs on the given settings; closes their cores, then their edit schedulers."""
+    made: list[Rig] = []
+
+    async def make(**settings: Any) -> Rig:
+        made.append(await make_rig(slack, fake, core_factory, **settings))
+        return made[-1]
+
+    try:
+        yield make
+    finally:
+        await core_factory.close_all()
+        for rig in made:
+            await rig.edits.close(1.0)
+
+
+@pytest.fixture
+async def rig(rigs: RigFactory) -> Rig:
+    return await rigs()
+
+
+async def test_first_mention_inside_a_thread_brings_the_thread_as_context(rig: Rig) -> None:
+    slack = rig.slack
+    root = slack.user_message("C1", "the deploy failed at step 3", user="U2")
+    slack.user_message("C1", "logs say disk full", user="U3", thread_ts=root["ts"])
+    await rig.send(slack.mention("C1", "what should we do?", thread_ts=root["ts"]))
+    await rig.wait_post("C1", root["ts"], "ok")
+    [first] = user_texts(rig.model.requests[0])
+    assert first == (
+        "[Earlier messages in this Slack thread, for context]\n"
+        "<@U2>: the deploy failed at step 3\n"
+        "<@U3>: logs say disk full\n\n"
+        "[The message addressed to you]\nwhat should we do?"
+    )
+
+
+async def test_edits_bots_joins_and_chatter_never_reach_the_model(rig: Rig) -> None:
+    slack = rig.slack
+    root = slack.mention("C1", "start")
+    await rig.send(root)
+    await rig.wait_post("C1", root["ts"], "ok")
+    thread = root["ts"]
+    await rig.send({**slack.user_message("C1", "x", thread_ts=thread), "subtype": "message_changed"})
+    await rig.send({**slack.user_message("C1", "x", thread_ts=thread), "bot_id": "B9", "user": "U9"})
+    await rig.send({**slack.user_message("C1", "joined"), "subtype": "channel_join"})
+    await rig.send(slack.user_message("C1", "lunch?"))
+    await rig.send(slack.user_message("C1", "reply to lunch", thread_ts=slack.user_message("C1", "lunch")["ts"]))
+    assert len(rig.model.requests) == 1
+    assert rig.metrics.counts["events_ignored_total"] == 5
+
+
+async def test_a_file_share_reaches_the_model_with_a_note(rig: Rig) -> None:
+    slack = rig.slack
+    event = slack.user_message("D1", "what is in this?")
+    event |= {"subtype": "file_share", "files": [{"name": "data.csv", "mimetype": "text/csv"}]}
+    await rig.send(event)
+    await rig.wait_post("D1", event["ts"], "ok")
+    assert user_texts(rig.model.requests[0]) == [
+        "what is in this?\n[the user attached 1 file(s): data.csv (text/csv); their contents are not available]"
+    ]
+
+
+async def test_stop_with_nothing_running_says_so(rig: Rig) -> None:
+    slack = rig.slack
+    root = slack.mention("C1", "hello")
+    await rig.send(root)
+    await rig.wait_post("C1", root["ts"], "ok")
+    await rig.send(slack.user_message("C1", "stop", thread_ts=root["ts"]))
+    await rig.wait_post("C1", root["ts"], "Nothing is running right now.")
+    assert len(rig.model.requests) == 1
+
+
+async def test_stop_from_someone_else_is_refused(rig: Rig) -> None:
+    slack = rig.slack
+    rig.model.script(Reply.tools(tool_use("sleep_for", {"seconds": 1})))
+    root = slack.mention("C1", "sleep a second", user="U1")
+    await rig.send(root)
+    await rig.send(slack.user_message("C1", "stop", user="U2", thread_ts=root["ts"]))
+    await rig.wait_post("C1", root["ts"], "Only the person who asked")
+    await rig.wait_post("C1", root["ts"], "✅")
+
+
+async def test_a_refused_user_gets_one_polite_answer_per_thread(slack: FakeSlack, rigs: RigFactory) -> None:
+    rig = await rigs(bot_allowed_channels=("C7",))
+    root = slack.mention("C1", "hello?")
+    await rig.send(root)
+    await rig.send(slack.mention("C1", "anyone?", thread_ts=root["ts"]))
+    assert [m.text for m in slack.posts_in_thread("C1", root["ts"])] == [DENIAL]
+    assert rig.model.requests == []
+    assert rig.metrics.counts["events_denied_total"] == 2

@@ -1,0 +1,135 @@
+"""Which events are people talking to the bot, who may do what, and how a thread becomes context."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bot.slack.filters import allowed, classify, may_cancel, session_key, strip_mention
+from bot.slack.history import HEADER, format_context, with_context
+
+BOT = "UBOT"
+
+
+def body(**event: Any) -> dict[str, Any]:
+    base = {"type": "message", "channel": "C1", "user": "U1", "text": "hello", "ts": "10.000100"}
+    return {"team_id": "T1", "event_id": "Ev1", "event": {**base, **event}}
+
+
+def test_a_mention_is_cleaned_and_keyed_by_its_thread() -> None:
+    incoming = classify(body(type="app_mention", text="<@UBOT> summarise this"), BOT)
+    assert incoming is not None
+    assert (incoming.text, incoming.mentioned, incoming.direct) == ("summarise this", True, False)
+    assert incoming.key == session_key("T1", "C1", "10.000100") == "slack:T1:C1:10.000100"
+    assert not incoming.in_thread
+
+
+def test_a_reply_belongs_to_its_thread_root() -> None:
+    incoming = classify(body(ts="11.0", thread_ts="10.000100", text="more"), BOT)
+    assert incoming is not None
+    assert incoming.key == "slack:T1:C1:10.000100" and incoming.in_thread and not incoming.mentioned
+
+
+def test_a_mention_seen_through_a_plain_message_event_still_counts() -> None:
+    incoming = classify(body(text="hey <@UBOT|threadbot> look"), BOT)
+    assert incoming is not None and incoming.mentioned and incoming.text == "hey  look"
+
+
+def test_direct_messages_are_for_the_bot() -> None:
+    incoming = classify(body(channel="D9", channel_type="im"), BOT)
+    assert incoming is not None and incoming.direct
+    group = classify(body(channel="G9", channel_type="mpim"), BOT)
+    assert group is not None and not group.direct
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"user": BOT},  # our own post
+        {"bot_id": "B2", "user": "U5"},  # another bot
+        {"subtype": "bot_message", "bot_id": "B2", "user": None},
+        {"subtype": "message_changed", "message": {"text": "edited"}},
+        {"subtype": "message_deleted"},
+        {"subtype": "channel_join", "text": "<@U1> has joined the channel"},
+        {"user": None},
+        {"type": "reaction_added"},
+        {"hidden": True},
+    ],
+)
+def test_events_the_bot_must_not_answer(event: dict[str, Any]) -> None:
+    assert classify(body(**event), BOT) is None
+
+
+def test_file_shares_are_text_with_a_note() -> None:
+    files = [{"name": "report.pdf", "mimetype": "application/pdf"}, {"title": "notes"}]
+    incoming = classify(body(subtype="file_share", text="see attached", files=files), BOT)
+    assert incoming is not None and incoming.files == ("report.pdf (application/pdf)", "notes")
+    prompt = incoming.prompt()
+    assert prompt.startswith("see attached\n[the user attached 2 file(s): report.pdf (application/pdf), notes;")
+    only_files = classify(body(subtype="file_share", text="", files=files), BOT)
+    assert only_files is not None and only_files.prompt().startswith("[the user attached 2 file(s)")
+
+
+@pytest.mark.parametrize(
+    ("text", "is_stop"), [("stop", True), ("Cancel!", True), (" STOP. ", True), ("stop it", False)]
+)
+def test_stop_words(text: str, is_stop: bool) -> None:
+    incoming = classify(body(text=text), BOT)
+    assert incoming is not None and incoming.is_stop is is_stop
+
+
+def test_allow_lists_deny_by_default_once_set() -> None:
+    assert allowed("U1", "C1", users=(), channels=())
+    assert allowed("U1", "C1", users=("U1",), channels=())
+    assert not allowed("U2", "C1", users=("U1",), channels=())
+    assert not allowed("U1", "C2", users=(), channels=("C1",))
+    assert not allowed("U1", "D1", users=(), channels=("C1",)), "a DM is a channel too"
+
+
+def test_only_requesters_and_allowed_users_may_cancel() -> None:
+    assert may_cancel("U1", requesters={"U1"}, allowed_users=())
+    assert not may_cancel("U2", requesters={"U1"}, allowed_users=())
+    assert may_cancel("U2", requesters={"U1"}, allowed_users=("U2",))
+    assert not may_cancel("U3", requesters=set(), allowed_users=("U2",))
+
+
+def test_strip_mention_leaves_other_mentions() -> None:
+    assert strip_mention("<@UBOT> ask <@U7>", BOT) == "ask <@U7>"
+
+
+def message(ts: str, text: str, user: str = "U1", **extra: Any) -> dict[str, Any]:
+    return {"ts": ts, "text": text, "user": user, **extra}
+
+
+def test_thread_context_quotes_root_and_recent_replies_before_the_mention() -> None:
+    thread = [
+        message("1.0", "the build is red"),
+        message("2.0", "which job?", user="U2"),
+        message("3.0", "<@UBOT> answered before", user=BOT),
+        message("4.0", "<@UBOT> can you look?"),
+        message("5.0", "after the mention"),
+    ]
+    context = format_context(thread, bot_user_id=BOT, before_ts="4.0")
+    assert context == "\n".join(
+        [HEADER, "<@U1>: the build is red", "<@U2>: which job?", "you (the bot): answered before"]
+    )
+    assert with_context(context, "can you look?").endswith("[The message addressed to you]\ncan you look?")
+    assert with_context(None, "hi") == "hi"
+
+
+def test_thread_context_is_bounded() -> None:
+    thread = [message("1.0", "root")] + [message(f"{i}.0", f"reply {i} " + "x" * 50) for i in range(2, 200)]
+    context = format_context(thread, bot_user_id=BOT, before_ts="500.0", max_messages=10, max_chars=2_000)
+    assert context is not None
+    lines = context.split("\n")
+    assert lines[1] == "<@U1>: root"
+    assert lines[2] == "[… 189 earlier replies not shown]"
+    assert lines[-1].startswith("<@U1>: reply 199 ")
+    assert len(lines) == 3 + 9
+    small = format_context(thread, bot_user_id=BOT, before_ts="500.0", max_chars=300)
+    assert small is not None and len(small) < 600
+
+
+def test_no_context_for_a_thread_without_earlier_words() -> None:
+    assert format_context([message("4.0", "the mention")], bot_user_id=BOT, before_ts="4.0") is None

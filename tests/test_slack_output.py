@@ -1,0 +1,194 @@
+"""`SlackEdge` against the fake Slack: streaming, splitting, status messages, heartbeat threads, reminders."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from fakes.slack_api import FakeSlack, StoredMessage
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.calls.models import CallStatus, ProgressKind, ToolCall
+from bot.slack.edits import EditScheduler
+from bot.slack.output import SlackEdge
+from bot.store import Store
+from bot.types import TurnOutcome
+
+KEY = "slack:T1:C1:100.000000"
+WAIT_S = 5.0
+
+
+@dataclass
+class Rig:
+    slack: FakeSlack
+    edge: SlackEdge
+    edits: EditScheduler
+    store: Store
+    root: str
+
+    def posts(self, thread_ts: str | None = None) -> list[StoredMessage]:
+        return self.slack.posts_in_thread("C1", thread_ts or self.root)
+
+    async def settle(self) -> None:
+        """Every queued post done and every edit sent."""
+        await self.edge.close(WAIT_S)
+        await self.edits.idle(WAIT_S)
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    async with FakeSlack() as slack:
+        client = AsyncWebClient(token="xoxb-test", base_url=slack.api_url)
+        edits = EditScheduler(client, per_minute=6000, burst=100, min_interval_s=0.01)
+        await edits.start()
+        store = await Store.open(tmp_path / "bot.db")
+        edge = SlackEdge(client, edits, team_id="T1", first_post_wait_s=0.0)
+        edge.attach(store)
+        root = slack.user_message("C1", "<@UBOT> hi", user="U1")["ts"]
+        address = {"edge": "slack", "team": "T1", "channel": "C1", "thread_ts": root, "requester": "U1"}
+        await store.ensure_session(KEY, address)
+        try:
+            yield Rig(slack, edge, edits, store, root)
+        finally:
+            await edge.close(WAIT_S)
+            await edits.close(WAIT_S)
+            await store.close()
+
+
+async def test_an_answer_streams_into_one_message_and_ends_complete(rig: Rig) -> None:
+    rig.edge.turn_started(KEY)
+    for word in ["Hello", " wide", " world", "."]:
+        rig.edge.text_delta(KEY, word)
+        await rig.slack.wait_for(lambda: rig.posts(), WAIT_S)
+    rig.edge.text_done(KEY)
+    rig.edge.turn_finished(TurnOutcome(KEY, text="Hello wide world."))
+    await rig.settle()
+    [answer] = rig.posts()
+    assert answer.text == "Hello wide world."
+    assert answer.blocks == [{"type": "markdown", "text": "Hello wide world."}]
+    assert answer.history[0].text == "Hello" and answer.edits, "posted on the first words, then edited"
+    assert rig.slack.assistant_statuses[0] == ("C1", rig.root, "is thinking…")
+
+
+async def test_a_quick_answer_is_posted_whole_without_edits(tmp_path: Path) -> None:
+    async with FakeSlack() as slack:
+        client = AsyncWebClient(token="xoxb-test", base_url=slack.api_url)
+        edits = EditScheduler(client)
+        await edits.start()
+        store = await Store.open(tmp_path / "bot.db")
+        try:
+            edge = SlackEdge(client, edits, first_post_wait_s=30.0)
+            edge.attach(store)
+            await store.ensure_session(KEY, {"edge": "slack", "channel": "C1", "thread_ts": "1.0"})
+            edge.turn_started(KEY)
+            edge.text_delta(KEY, "Short ")
+            await slack.wait_for(lambda: slack.assistant_statuses, WAIT_S)  # the first words arrived meanwhile
+            edge.text_delta(KEY, "answer.")
+            edge.text_done(KEY)
+            await edge.close(WAIT_S)
+            [post] = slack.messages("C1")
+            assert (post.text, post.edits) == ("Short answer.", [])
+        finally:
+            await edits.close(WAIT_S)
+            await store.close()
+
+
+async def test_a_long_streamed_answer_becomes_several_messages(rig: Rig) -> None:
+    paragraphs = [f"Part {i}: " + "lorem ipsum " * 60 for i in range(20)]
+    text = "\n\n".join(paragraphs)
+    for start in range(0, len(text), 500):
+        rig.edge.text_delta(KEY, text[start : start + 500])
+    rig.edge.text_done(KEY)
+    await rig.settle()
+    posts = rig.posts()
+    assert len(posts) >= 4 and all(len(post.text) <= 3_900 for post in posts)
+    assert " ".join(post.text for post in posts).split() == text.split()
+
+
+async def test_a_status_message_follows_its_calls_to_the_end(rig: Rig) -> None:
+    first = ToolCall("toolu_a", KEY, "t", "sleep_for", {"seconds": 2})
+    second = ToolCall("toolu_b", KEY, "t", "wordcount", {"text": "a b"})
+    rig.edge.calls_started(KEY, [first, second])
+    [status] = await rig.slack.wait_for(lambda: rig.posts(), WAIT_S)
+    assert status.text.count("⏸️") == 2
+    first.transition(CallStatus.RUNNING)
+    first.add_progress(ProgressKind.PARTIAL, {"message": "slept 1s of 2s"})
+    rig.edge.call_changed(first)
+    await rig.slack.wait_for(lambda: "slept 1s of 2s" in status.text, WAIT_S)
+    assert [b.get("accessory", {}).get("value") for b in status.blocks or []] == ["toolu_a", "toolu_b"]
+    second.transition(CallStatus.RUNNING)
+    second.transition(CallStatus.COMPLETED)
+    rig.edge.call_changed(second)
+    first.transition(CallStatus.CANCELLED)
+    first.cancelled_by = "U1"
+    rig.edge.call_changed(first)
+    await rig.slack.wait_for(lambda: "cancelled by <@U1>" in status.text and "✅" in status.text, WAIT_S)
+    assert not any("accessory" in block for block in status.blocks or [])
+    assert rig.edge.board.find("C1", status.ts) is not None
+    assert rig.edge.board.open_messages() == 0
+
+
+async def test_a_turn_cancelled_mid_answer_keeps_what_was_said(rig: Rig) -> None:
+    rig.edge.text_delta(KEY, "Half an ans")
+    rig.edge.turn_finished(TurnOutcome(KEY, cancelled_by="U1"))
+    await rig.settle()
+    assert [post.text for post in rig.posts()] == ["Half an ans", "🛑 Stopped by <@U1>."]
+
+
+async def test_thinking_is_cleared_when_a_turn_ends_without_a_post(rig: Rig) -> None:
+    rig.edge.turn_started(KEY)
+    rig.edge.turn_finished(TurnOutcome(KEY))
+    await rig.settle()
+    assert rig.slack.assistant_status("C1", rig.root) == ""
+    assert rig.posts() == []
+
+
+async def test_reminders_and_notices_go_into_the_thread(rig: Rig) -> None:
+    rig.edge.reminder(KEY, "stand-up in 5 minutes")
+    rig.edge.notice(KEY, "⚠️ Model error: overloaded")
+    await rig.settle()
+    assert [post.text for post in rig.posts()] == ["<@U1> ⏰ stand-up in 5 minutes", "⚠️ Model error: overloaded"]
+
+
+async def test_a_heartbeat_says_nothing_when_all_is_well_and_opens_a_thread_otherwise(rig: Rig) -> None:
+    key = "heartbeat:C9"
+    address = {"edge": "slack", "channel": "C9", "thread_ts": None, "quiet_reply": "HEARTBEAT_OK"}
+    await rig.store.ensure_session(key, address)
+    rig.edge.turn_started(key)
+    for piece in ["HEART", "BEAT_", "OK"]:
+        rig.edge.text_delta(key, piece)
+    rig.edge.text_done(key)
+    rig.edge.turn_finished(TurnOutcome(key, text="HEARTBEAT_OK"))
+    await rig.settle()
+    assert rig.slack.messages("C9") == []
+
+    rig.edge.turn_started(key)
+    for piece in ["The nightly", " build failed."]:
+        rig.edge.text_delta(key, piece)
+    rig.edge.text_done(key)
+    rig.edge.notice(key, "one more thing")
+    await rig.settle()
+    top, follow_up = rig.slack.messages("C9")
+    assert (top.text, top.thread_ts) == ("The nightly build failed.", None)
+    assert (follow_up.text, follow_up.thread_ts) == ("one more thing", top.ts)
+    assert not top.edits, "a quiet session's answer is posted once, not streamed"
+    record = await rig.store.get_session(key)
+    assert record is not None and record.address["thread_ts"] == top.ts
+    assert await rig.store.resolve(f"slack:T1:C9:{top.ts}") == key
+
+
+async def test_user_timezone_comes_from_users_info_once(rig: Rig) -> None:
+    rig.slack.users["U1"] = {"tz": "Europe/Paris"}
+    assert await rig.edge.user_timezone(KEY) == "Europe/Paris"
+    assert await rig.edge.user_timezone(KEY) == "Europe/Paris"
+    assert len(rig.slack.calls_to("users.info")) == 1
+    assert await rig.edge.user_timezone("slack:T1:C1:nope") is None
+
+
+async def test_request_messages_and_requesters_are_remembered(rig: Rig) -> None:
+    rig.edge.note_request(KEY, "C1", "101.0", "U2")
+    assert rig.edge.request_session("C1", "101.0") == KEY
+    assert await rig.edge.requesters(KEY) == {"U1", "U2"}
+    assert rig.edge.request_session("C1", "999.0") is None

@@ -1,0 +1,98 @@
+"""What the bot shows in Slack: status lines per call state, Block Kit, answers, reminders."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from bot.calls.models import CallStatus, ProgressKind, ToolCall, utcnow
+from bot.slack.render import (
+    CANCEL_ACTION,
+    MAX_CALL_BLOCKS,
+    answer_message,
+    call_line,
+    escape,
+    reminder_text,
+    status_message,
+    who,
+)
+
+
+def make_call(status: CallStatus = CallStatus.RUNNING, **fields: object) -> ToolCall:
+    call = ToolCall("toolu_1", "slack:T1:C1:1.0", "turn", "sleep_for", {"seconds": 30}, status=status)
+    now = utcnow()
+    call.started_at = now - timedelta(seconds=12)
+    if status.is_final:
+        call.completed_at = call.started_at + timedelta(seconds=30)
+    for name, value in fields.items():
+        setattr(call, name, value)
+    return call
+
+
+def test_running_call_shows_elapsed_time_and_the_latest_progress() -> None:
+    call = make_call()
+    call.add_progress(ProgressKind.STARTED, {"tool": "sleep_for"})
+    call.add_progress(ProgressKind.PARTIAL, {"slept_s": 12, "message": "slept 12s of 30s"})
+    line = call_line(call, now=call.started_at + timedelta(seconds=12))  # type: ignore[operator]
+    assert line == "⏳ `sleep_for(seconds=30)` — running 12s · slept 12s of 30s"
+
+
+def test_log_progress_is_one_escaped_line() -> None:
+    call = make_call(tool_name="run_command", input={"command": "make <all>"})
+    call.add_progress(ProgressKind.LOG, "compiling a.c\n  & linking")
+    line = call_line(call, now=call.started_at)
+    assert line == '⏳ `run_command(command="make &lt;all&gt;")` — running 0s · compiling a.c &amp; linking'
+
+
+def test_final_states() -> None:
+    assert call_line(make_call(CallStatus.COMPLETED)) == "✅ `sleep_for(seconds=30)` — done in 30.0s"
+    assert call_line(make_call(CallStatus.CANCELLED, cancelled_by="U123")).endswith("— cancelled by <@U123>")
+    assert call_line(make_call(CallStatus.CANCELLED, cancelled_by="model: no longer needed")).endswith(
+        "— cancelled by model: no longer needed"
+    )
+    assert call_line(make_call(CallStatus.CANCELLED)).endswith("— cancelled")
+    assert call_line(make_call(CallStatus.FAILED, error="boom <3>")).startswith("❌ ")
+    assert call_line(make_call(CallStatus.FAILED, error="boom <3>")).endswith("— failed: boom &lt;3&gt;")
+    timed_out = call_line(make_call(CallStatus.FAILED, error="timed out", timed_out=True))
+    assert timed_out.startswith("⌛ ") and "timed out after 30.0s" in timed_out
+    assert call_line(make_call(CallStatus.ORPHANED)).startswith("👻 ")
+    assert call_line(make_call(CallStatus.PENDING, started_at=None)).startswith("⏸️ `sleep_for(seconds=30)` — pending")
+
+
+def test_long_arguments_are_shortened_and_backticks_cannot_break_the_code_span() -> None:
+    call = make_call(tool_name="wordcount", input={"text": "`tick` " + "long " * 100})
+    line = call_line(call)
+    signature = line.split("`")[1]
+    assert signature.startswith("wordcount(text=\"'tick' long")
+    assert signature.endswith("…)") and len(signature) < 120
+
+
+def test_status_message_has_a_cancel_button_per_open_call_only() -> None:
+    running = make_call()
+    done = make_call(CallStatus.COMPLETED, id="toolu_2")
+    text, blocks = status_message([running, done])
+    assert text.count("\n") == 1 and "⏳" in text and "✅" in text
+    assert [block["type"] for block in blocks] == ["section", "section"]
+    button = blocks[0]["accessory"]
+    assert (button["action_id"], button["value"], button["text"]["text"]) == (CANCEL_ACTION, "toolu_1", "Cancel")
+    assert "accessory" not in blocks[1]
+    assert blocks[0]["block_id"] != blocks[1]["block_id"]
+
+
+def test_a_huge_batch_stays_within_fifty_blocks() -> None:
+    calls = [make_call(id=f"toolu_{i}") for i in range(70)]
+    _, blocks = status_message(calls)
+    assert len(blocks) == MAX_CALL_BLOCKS + 1
+    assert blocks[-1]["elements"][0]["text"] == "…and 21 more calls"
+
+
+def test_answers_go_out_as_markdown_blocks() -> None:
+    assert answer_message("**bold**") == ("**bold**", [{"type": "markdown", "text": "**bold**"}])
+    text, _ = answer_message("```py\nx = 1", streaming=True)
+    assert text == "```py\nx = 1\n```", "a half-streamed code block is closed for display"
+
+
+def test_small_helpers() -> None:
+    assert escape("a < b & c > d") == "a &lt; b &amp; c &gt; d"
+    assert who("U1") == "<@U1>" and who("W2ABC") == "<@W2ABC>" and who("shutdown") == "shutdown" and who(None)
+    assert reminder_text("stand-up", "U7") == "<@U7> ⏰ stand-up"
+    assert reminder_text("stand-up", None) == "⏰ stand-up"

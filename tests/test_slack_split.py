@@ -1,0 +1,113 @@
+"""Splitting long answers into Slack messages: sizes, boundaries, fences, and no text lost."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+
+from bot.slack.split import MESSAGE_LIMIT, close_open_fence, is_fence, open_fence, split_text
+
+
+def normalised(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def without_reopened_fences(chunks: list[str]) -> str:
+    """Join chunks, removing the fence lines the splitter added (a close at a cut, its reopening after)."""
+    pieces = []
+    for index, chunk in enumerate(chunks):
+        lines = chunk.split("\n")
+        if index > 0 and open_fence(chunks[index - 1]) is None and _cut_inside(chunks[index - 1]):
+            lines = lines[1:]
+        if index + 1 < len(chunks) and _cut_inside(chunk):
+            lines = lines[:-1]
+        pieces.append("\n".join(lines))
+    return " ".join(pieces)
+
+
+def _cut_inside(chunk: str) -> bool:
+    """A chunk the splitter closed artificially: its last line closes a fence it reopened or opened."""
+    return chunk.endswith("\n```") and open_fence(chunk.removesuffix("\n```")) is not None
+
+
+def paragraphs(count: int, words: int, seed: int = 1) -> str:
+    rng = random.Random(seed)
+    return "\n\n".join(" ".join(f"w{rng.randint(0, 999)}" for _ in range(rng.randint(1, words))) for _ in range(count))
+
+
+def test_short_text_is_one_chunk() -> None:
+    assert split_text("hello") == ["hello"]
+    assert split_text("") == []
+    assert split_text("x" * MESSAGE_LIMIT) == ["x" * MESSAGE_LIMIT]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_prose_splits_at_paragraphs_within_the_limit(seed: int) -> None:
+    text = paragraphs(80, 120, seed)
+    chunks = split_text(text, 1_000)
+    assert len(chunks) > 5
+    assert all(0 < len(chunk) <= 1_000 for chunk in chunks)
+    assert normalised(" ".join(chunks)) == normalised(text)
+    # Every cut is at a paragraph break, unless the paragraph alone was too long: then at a space.
+    for chunk in chunks[:-1]:
+        assert text.find(chunk + "\n\n") >= 0 or len(chunk) > 500
+
+
+def test_prefers_a_paragraph_break_that_keeps_the_chunk_half_full() -> None:
+    text = "a" * 300 + "\n\n" + "b " * 200 + "\n" + "c " * 300
+    chunks = split_text(text, 1_000)
+    assert chunks[0] == "a" * 300 + "\n\n" + ("b " * 200).rstrip()
+    assert normalised(" ".join(chunks)) == normalised(text)
+
+
+def test_never_cuts_inside_a_fence_that_fits_in_a_message() -> None:
+    code = "```python\n" + "\n".join(f"x = {i}" for i in range(60)) + "\n```"
+    text = "intro " * 120 + "\n\n" + code + "\n\nafter the code"
+    chunks = split_text(text, 1_000)
+    assert any(code in chunk for chunk in chunks), "the code block stays whole"
+    assert all(chunk.count("```") % 2 == 0 for chunk in chunks)
+    assert normalised(" ".join(chunks)) == normalised(text)
+
+
+def test_a_fence_longer_than_a_message_is_closed_and_reopened() -> None:
+    code = "```sql\n" + "\n".join(f"SELECT {i} FROM t;  -- row" for i in range(200)) + "\n```"
+    text = "Here it is:\n\n" + code + "\n\nDone."
+    chunks = split_text(text, 800)
+    assert all(len(chunk) <= 800 for chunk in chunks)
+    assert all(open_fence(chunk) is None for chunk in chunks), "every chunk renders as balanced Markdown"
+    inner = [chunk for chunk in chunks if "SELECT" in chunk]
+    assert len(inner) > 3
+    assert all(chunk.startswith("```sql\n") for chunk in inner), "each part reopens the fence with its language"
+    assert normalised(without_reopened_fences(chunks)) == normalised(text)
+
+
+def test_one_enormous_line_is_cut_hard() -> None:
+    text = "x" * 2_500
+    chunks = split_text(text, 1_000)
+    assert [len(chunk) for chunk in chunks] == [996, 996, 508]
+    assert "".join(chunks) == text
+
+
+def test_the_split_of_a_prefix_is_stable_as_text_grows() -> None:
+    """What makes streaming work: chunks that are no longer last never change again."""
+    text = paragraphs(60, 80, seed=7) + "\n\n```\n" + "\n".join(f"line {i}" for i in range(300)) + "\n```\nend"
+    sealed: list[str] = []
+    for end in range(0, len(text) + 1, 97):
+        chunks = split_text(text[:end], 1_000)
+        assert chunks[: len(sealed)] == sealed, f"a sealed chunk changed at length {end}"
+        sealed = chunks[:-1]
+
+
+def test_fence_helpers() -> None:
+    assert is_fence("```") and is_fence("   ```js") and not is_fence("    ```") and not is_fence("x ```")
+    assert open_fence("a\n```py\nb") == "```py"
+    assert open_fence("```\nb\n```") is None
+    assert close_open_fence("```\ncode") == "```\ncode\n```"
+    assert close_open_fence("done") == "done"
+
+
+def test_tiny_limits_are_refused() -> None:
+    with pytest.raises(ValueError):
+        split_text("x" * 100, 10)
