@@ -24,10 +24,12 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.app import Core, open_core
 from bot.config import Settings
 from bot.errors import ConfigError, ThreadbotError
+from bot.schedule.heartbeat import HEARTBEAT_SESSION_PREFIX
 from bot.slack.app import Identity, Ingress, build_app, build_client, identify
 from bot.slack.cancel import Canceller
 from bot.slack.edits import EditScheduler
 from bot.slack.events import MessageRouter
+from bot.slack.filters import SESSION_PREFIX
 from bot.slack.metrics import Metrics
 from bot.slack.output import SlackEdge
 
@@ -73,7 +75,14 @@ async def _run(
         stack.push_async_callback(edits.close, EDITS_FLUSH_S)
         edge = SlackEdge(client, edits, team_id=me.team_id, metrics=metrics)
         stack.push_async_callback(edge.close, EDGE_DRAIN_S)
-        core = await stack.enter_async_context(open_core(settings, edge, user_timezone=edge.user_timezone))
+        core = await stack.enter_async_context(
+            open_core(
+                settings,
+                edge,
+                user_timezone=edge.user_timezone,
+                session_prefixes=(SESSION_PREFIX, HEARTBEAT_SESSION_PREFIX),
+            )
+        )
         edge.attach(core.store)
         ingress = _ingress(settings, client, core, edge, me, metrics)
         stack.push_async_callback(ingress.close, INGRESS_GRACE_S)

@@ -15,11 +15,12 @@ from typing import Any
 # channel_join, bot_message, …) is bookkeeping the bot must not answer.
 SPOKEN_SUBTYPES = frozenset({None, "file_share", "thread_broadcast", "me_message"})
 STOP_WORDS = frozenset({"stop", "cancel"})
+SESSION_PREFIX = "slack:"
 
 
 def session_key(team: str, channel: str, thread_ts: str) -> str:
     """A session is one Slack thread: team, channel and the ts of the thread's root message."""
-    return f"slack:{team}:{channel}:{thread_ts}"
+    return f"{SESSION_PREFIX}{team}:{channel}:{thread_ts}"
 
 
 @dataclass(frozen=True, slots=True)
