@@ -18,6 +18,7 @@ from bot.agent.engine import Engine
 from bot.agent.prompt import system_prompt
 from bot.agent.toolbox import Toolbox
 from bot.agent.turn import TurnRunner, TurnSettings
+from bot.calls.models import ToolCall
 from bot.calls.registry import CallRegistry
 from bot.calls.system_tools import system_tools
 from bot.config import Settings
@@ -42,6 +43,8 @@ class Core:
     engine: Engine
     provider: Provider
     scheduler: Scheduler
+    orphans: list[ToolCall]
+    """Calls a previous process left unfinished, marked orphaned at this start (edges may repaint them)."""
 
 
 def anthropic_provider(settings: Settings, *, max_retries: int = 2) -> AnthropicProvider:
@@ -84,7 +87,7 @@ async def open_core(
             max_per_session=settings.bot_max_concurrent_tools_per_session,
             default_timeout_s=settings.bot_tool_timeout_s,
         )
-        await registry.recover()
+        orphans = await registry.recover()
         registry.subscribe(output.call_changed)
         toolbox = Toolbox(builtin_tools(enable_shell=settings.bot_enable_shell))
         for item in system_tools(registry, wait_max_s=settings.bot_status_wait_max_s):
@@ -119,7 +122,7 @@ async def open_core(
         )
         await scheduler.start()
         stack.push_async_callback(scheduler.stop)
-        core = Core(settings, store, registry, toolbox, engine, provider, scheduler)
+        core = Core(settings, store, registry, toolbox, engine, provider, scheduler, orphans)
         try:
             yield core
         finally:

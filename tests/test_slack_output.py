@@ -192,3 +192,23 @@ async def test_request_messages_and_requesters_are_remembered(rig: Rig) -> None:
     assert rig.edge.request_session("C1", "101.0") == KEY
     assert await rig.edge.requesters(KEY) == {"U1", "U2"}
     assert rig.edge.request_session("C1", "999.0") is None
+
+
+async def test_after_a_crash_the_status_message_shows_its_calls_orphaned(rig: Rig) -> None:
+    running = ToolCall("toolu_run", KEY, "t", "sleep_for", {"seconds": 60})
+    done = ToolCall("toolu_done", KEY, "t", "wordcount", {"text": "a b"})
+    running.transition(CallStatus.RUNNING)
+    done.transition(CallStatus.RUNNING)
+    done.transition(CallStatus.COMPLETED)
+    await rig.store.save_calls([running, done])
+    rig.edge.calls_started(KEY, [running, done])
+    [status] = await rig.slack.wait_for(lambda: rig.posts(), WAIT_S)
+    await rig.settle()  # the post and its display record are done: now the process "dies"
+    assert (await rig.store.displays_of(["toolu_run"]))[f"C1:{status.ts}"]
+
+    orphans = await rig.store.orphan_open_calls()
+    restarted = SlackEdge(AsyncWebClient(token="xoxb-test", base_url=rig.slack.api_url), rig.edits, team_id="T1")
+    restarted.attach(rig.store)
+    await restarted.repaint(orphans)
+    await rig.slack.wait_for(lambda: "👻" in status.text and "✅" in status.text, WAIT_S)
+    assert not any("accessory" in block for block in status.blocks or []), "no Cancel button on a dead call"

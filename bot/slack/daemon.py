@@ -84,6 +84,7 @@ async def _run(
             )
         )
         edge.attach(core.store)
+        await edge.repaint(core.orphans)
         ingress = _ingress(settings, client, core, edge, me, metrics)
         stack.push_async_callback(ingress.close, INGRESS_GRACE_S)
         _gauges(metrics, core, edge, edits, ingress)

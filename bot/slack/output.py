@@ -27,7 +27,7 @@ from bot.slack.edits import EditScheduler
 from bot.slack.filters import session_key
 from bot.slack.metrics import Metrics
 from bot.slack.queues import Operation, SerialQueues
-from bot.slack.render import Block, reminder_text, who
+from bot.slack.render import Block, reminder_text, status_message, who
 from bot.slack.reply import FIRST_POST_WAIT_S, ReplyStream
 from bot.slack.status import StatusBoard, StatusMessage
 from bot.store import Store
@@ -279,6 +279,19 @@ class SlackEdge:
 
     async def _post_status(self, key: str, message: StatusMessage) -> None:
         await self.board.post(message, lambda text, blocks: self.post(key, text, blocks))
+        if message.channel and message.ts and self._store is not None:
+            # Remembered so that after a crash the calls it shows can be repainted as orphaned.
+            place = f"{message.channel}:{message.ts}"
+            await self._store.set_call_display([call.id for call in message.calls], place)
+
+    async def repaint(self, orphans: list[ToolCall]) -> None:
+        """At start: show calls a previous process left unfinished as 👻 on the status messages they were on."""
+        if not orphans or self._store is None:
+            return
+        for place, calls in (await self._store.displays_of([call.id for call in orphans])).items():
+            channel, _, ts = place.partition(":")
+            text, blocks = status_message(calls)
+            self._edit(channel, ts, text, blocks, True)
 
     async def _post_line(self, key: str, text: str) -> None:
         await self.post(key, text)

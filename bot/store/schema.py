@@ -96,7 +96,16 @@ CREATE INDEX reminders_due ON reminders(status, due_at);
 CREATE INDEX reminders_by_session ON reminders(session_key, status, due_at);
 """
 
-MIGRATIONS: list[str] = [_V1, _V2]
+# Where an edge shows each call (a Slack status message), so a restart can repaint calls it orphaned.
+_V3 = """
+CREATE TABLE call_displays (
+    call_id  TEXT PRIMARY KEY REFERENCES tool_calls(id) ON DELETE CASCADE,
+    place    TEXT NOT NULL
+);
+CREATE INDEX call_displays_by_place ON call_displays(place);
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3]
 
 # The tool_calls columns, named as `ToolCall.to_record()` names its keys.
 CALL_COLUMNS = (

@@ -1,0 +1,139 @@
+"""The tool-call half of `Store`'s interface: save, load, orphan, deliver, and where calls are shown."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any
+
+import aiosqlite
+
+from bot.calls.models import CallStatus, ToolCall, utcnow
+from bot.store.schema import CALL_COLUMNS, call_from_row, call_to_row, ts
+
+ORPHANED_ERROR = "the process that ran this call stopped"
+_OPEN = "('pending', 'running')"  # the statuses a call may still leave
+_CALL_COLUMNS = ", ".join(CALL_COLUMNS)
+_SELECT_CALLS = f"SELECT {_CALL_COLUMNS} FROM tool_calls"
+# Only a call that is still open takes every field; `delivered` never goes back to 0,
+# so a stale in-memory copy cannot make a result be delivered twice.
+_UPSERT_CALL = f"""
+INSERT INTO tool_calls ({_CALL_COLUMNS}) VALUES ({", ".join("?" * len(CALL_COLUMNS))})
+ON CONFLICT(id) DO UPDATE SET
+    session_key = excluded.session_key, turn_id = excluded.turn_id, tool_name = excluded.tool_name,
+    input = excluded.input, parent_id = excluded.parent_id, status = excluded.status,
+    created_at = excluded.created_at, started_at = excluded.started_at,
+    completed_at = excluded.completed_at, result = excluded.result, error = excluded.error,
+    timed_out = excluded.timed_out, cancelled_by = excluded.cancelled_by,
+    delivered = MAX(tool_calls.delivered, excluded.delivered), progress = excluded.progress
+WHERE tool_calls.status IN {_OPEN}
+"""
+# A final row keeps its outcome; a copy with the same final status may still add progress/delivery.
+_TOUCH_FINAL_CALL = f"""
+UPDATE tool_calls SET delivered = MAX(delivered, ?), progress = ?
+WHERE id = ? AND status = ? AND status NOT IN {_OPEN}
+"""
+
+
+async def _fetch(db: aiosqlite.Connection, sql: str, *params: Any) -> list[sqlite3.Row]:
+    return list(await db.execute_fetchall(sql, params))
+
+
+class CallQueries:
+    """Tool calls in the store. A final row keeps its outcome: the SQL guards it, not only the caller."""
+
+    if TYPE_CHECKING:
+
+        def _read(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+
+        def _write(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+
+        @staticmethod
+        async def _require_session(db: aiosqlite.Connection, key: str) -> None: ...
+
+    async def save_call(self, call: ToolCall) -> None:
+        """Upsert a call; a final row keeps its status and outcome (only delivery and progress may change)."""
+        await self.save_calls([call])
+
+    async def save_calls(self, calls: Sequence[ToolCall]) -> None:
+        """`save_call` for many calls in one transaction: a thousand busy calls cost one commit, not a thousand."""
+        rows = [call_to_row(call) for call in calls]
+        async with self._write() as db:
+            for key in {call.session_key for call in calls}:
+                await self._require_session(db, key)
+            await db.executemany(_UPSERT_CALL, rows)
+            await db.executemany(
+                _TOUCH_FINAL_CALL,
+                [
+                    (int(call.delivered), row[-1], call.id, call.status.value)
+                    for call, row in zip(calls, rows, strict=True)
+                ],
+            )
+
+    async def load_call(self, call_id: str) -> ToolCall | None:
+        async with self._read() as db:
+            rows = await _fetch(db, f"{_SELECT_CALLS} WHERE id = ?", call_id)
+        return call_from_row(rows[0]) if rows else None
+
+    async def session_calls(self, key: str, *, only_open: bool = False) -> list[ToolCall]:
+        """The session's calls, oldest first; with `only_open`, just those still pending or running."""
+        where = f" AND status IN {_OPEN}" if only_open else ""
+        async with self._read() as db:
+            rows = await _fetch(db, f"{_SELECT_CALLS} WHERE session_key = ?{where} ORDER BY created_at, rowid", key)
+        return [call_from_row(row) for row in rows]
+
+    async def orphan_open_calls(self) -> list[ToolCall]:
+        """At start-up: calls a previous process left open become `orphaned`; returns them as updated."""
+        async with self._write() as db:
+            sql = f"UPDATE tool_calls SET status = ?, completed_at = ?, error = ? WHERE status IN {_OPEN}"
+            rows = await _fetch(
+                db, f"{sql} RETURNING {_CALL_COLUMNS}", CallStatus.ORPHANED.value, ts(utcnow()), ORPHANED_ERROR
+            )
+            calls = [call_from_row(row) for row in rows]
+        return sorted(calls, key=lambda call: call.created_at)
+
+    async def mark_delivered(self, call_ids: Sequence[str]) -> None:
+        """Record that these calls' results reached the model; only final calls can be delivered."""
+        if not call_ids:
+            return
+        async with self._write() as db:
+            await db.executemany(
+                f"UPDATE tool_calls SET delivered = 1 WHERE id = ? AND status NOT IN {_OPEN}",
+                [(call_id,) for call_id in call_ids],
+            )
+
+    async def set_call_display(self, call_ids: Sequence[str], place: str) -> None:
+        """Record that an edge shows these calls at `place` (its own reference, e.g. a Slack message)."""
+        async with self._write() as db:
+            await db.executemany(
+                "INSERT OR REPLACE INTO call_displays (call_id, place) VALUES (?, ?)",
+                [(call_id, place) for call_id in call_ids],
+            )
+
+    async def displays_of(self, call_ids: Sequence[str]) -> dict[str, list[ToolCall]]:
+        """The places showing any of these calls, each with every call shown there (oldest first)."""
+        if not call_ids:
+            return {}
+        marks = ", ".join("?" * len(call_ids))
+        columns = ", ".join(f"c.{column}" for column in CALL_COLUMNS)
+        sql = (
+            f"SELECT shown.place, {columns} FROM call_displays AS asked "
+            "JOIN call_displays AS shown ON shown.place = asked.place "
+            "JOIN tool_calls AS c ON c.id = shown.call_id "
+            f"WHERE asked.call_id IN ({marks}) ORDER BY c.created_at, c.rowid"
+        )
+        async with self._read() as db:
+            rows = await _fetch(db, sql, *call_ids)
+        places: dict[str, dict[str, ToolCall]] = {}
+        for row in rows:
+            call = call_from_row(row)
+            places.setdefault(row["place"], {})[call.id] = call
+        return {place: list(calls.values()) for place, calls in places.items()}
+
+    async def undelivered_calls(self, key: str) -> list[ToolCall]:
+        """Final calls of the session whose result the model has not been given yet, oldest first."""
+        sql = f"{_SELECT_CALLS} WHERE session_key = ? AND status NOT IN {_OPEN} AND delivered = 0"
+        async with self._read() as db:
+            rows = await _fetch(db, f"{sql} ORDER BY created_at, rowid", key)
+        return [call_from_row(row) for row in rows]
