@@ -86,6 +86,7 @@ async def open_core(
             max_concurrent=settings.bot_max_concurrent_tools,
             max_per_session=settings.bot_max_concurrent_tools_per_session,
             default_timeout_s=settings.bot_tool_timeout_s,
+            zone=settings.zone,
         )
         orphans = await registry.recover()
         registry.subscribe(output.call_changed)
@@ -121,7 +122,6 @@ async def open_core(
             session_prefixes=session_prefixes,
         )
         await scheduler.start()
-        stack.push_async_callback(scheduler.stop)
         core = Core(settings, store, registry, toolbox, engine, provider, scheduler, orphans)
         try:
             yield core

@@ -161,3 +161,31 @@ async def test_oneshot_model_overloaded_gives_json_error(fake: FakeAnthropic, tm
     code, out, _ = await run_bot("oneshot", "hi", env=bot_env(fake, tmp_path), cwd=tmp_path)
     assert code == 1
     assert "overloaded" in json.loads(out)["error"]
+
+
+async def test_console_keeps_every_line_typed_between_turns(fake: FakeAnthropic, tmp_path: Path) -> None:
+    fake.script(Reply.text_only("First answer."), Reply.text_only("Second answer."))
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        "console",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=bot_env(fake, tmp_path),
+        cwd=tmp_path,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    for line, answer in ((b"one\n", b"First answer."), (b"two\n", b"Second answer.")):
+        process.stdin.write(line)
+        await process.stdin.drain()
+        while answer not in (got := await asyncio.wait_for(process.stdout.readline(), 10)):
+            assert got, "the console exited early"
+    process.stdin.close()
+    assert await asyncio.wait_for(process.wait(), 20) == 0
+    # "two" may land just before the first turn has fully ended (then it is a note to that turn): never lost.
+    assert [user_texts(request)[-1].removeprefix("[mid-turn user note] ") for request in fake.requests] == [
+        "one",
+        "two",
+    ]

@@ -296,6 +296,12 @@ async def test_pause_turn_is_resumed(core: Core, fake: FakeAnthropic) -> None:
     fake.script(Reply.text_only("Working on it…", stop_reason="pause_turn"), Reply.text_only("Finished."))
     outcome = await core.engine.run_turn(KEY, "long task")
     assert outcome is not None and outcome.text == "Finished." and len(fake.requests) == 2
+    assert fake.requests[1]["messages"][-1] == {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "Working on it…"}],
+    }
+    await core.engine.run_turn(KEY, "and then?")  # the paused reply and its continuation are stored as one message
+    assert [m["role"] for m in fake.requests[2]["messages"]] == ["user", "assistant", "user"]
     assert fake.rejections == []
 
 

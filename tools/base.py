@@ -13,6 +13,7 @@ import inspect
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import tzinfo
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,8 @@ class ToolContext:
     loop: asyncio.AbstractEventLoop
     cancelled: threading.Event = field(default_factory=threading.Event)
     loop_thread: int = field(default_factory=threading.get_ident)
+    zone: tzinfo | None = None
+    """The operator's time zone (BOT_TIMEZONE); None means the host's."""
 
     def progress(self, payload: JSON, kind: str = "partial") -> None:
         """Record structured progress; safe to call from the event loop or from a tool's thread."""

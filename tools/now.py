@@ -10,4 +10,4 @@ from tools.base import ToolContext, tool
 
 @tool("now", "Current date and time, ISO 8601 with the time zone.", quick=True)
 def now(args: dict[str, Any], ctx: ToolContext) -> str:
-    return datetime.now().astimezone().isoformat(timespec="seconds")
+    return datetime.now(ctx.zone).astimezone(ctx.zone).isoformat(timespec="seconds")

@@ -17,6 +17,8 @@ from tools.base import ToolContext, ToolError, tool
 KILL_GRACE_S = 2.0
 OUTPUT_KEEP_CHARS = 16_000
 DEFAULT_TIMEOUT_S = 300
+MAX_TIMEOUT_S = 3600
+LINE_LIMIT_BYTES = 1 << 20
 
 
 @tool(
@@ -25,9 +27,10 @@ DEFAULT_TIMEOUT_S = 300
     "the result holds the exit code and the tail of the output.",
     {
         "command": {"type": "string", "minLength": 1, "description": "The shell command line."},
-        "timeout_seconds": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
+        "timeout_seconds": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_S},
     },
     required=("command",),
+    timeout_s=MAX_TIMEOUT_S,
 )
 async def run_command(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     ctx.work_dir.mkdir(parents=True, exist_ok=True)
@@ -38,18 +41,22 @@ async def run_command(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         start_new_session=True,
+        limit=LINE_LIMIT_BYTES,
     )
     output: list[str] = []
+    timeout_s = float(args.get("timeout_seconds", DEFAULT_TIMEOUT_S))
+    finished = False
     try:
-        async with asyncio.timeout(float(args.get("timeout_seconds", DEFAULT_TIMEOUT_S))):
+        async with asyncio.timeout(timeout_s):
             await _stream_lines(process, ctx, output)
             code = await process.wait()
+        finished = True
     except TimeoutError:
-        await _terminate_group(process)
-        raise ToolError(f"command timed out after {args.get('timeout_seconds', DEFAULT_TIMEOUT_S)}s") from None
-    except asyncio.CancelledError:
-        await _terminate_group(process)
-        raise
+        raise ToolError(f"command timed out after {timeout_s:g}s") from None
+    finally:
+        # Whatever ended the wait early (cancel, timeout, a read error), nothing of the command outlives it.
+        if not finished:
+            await _terminate_group(process)
     text = "".join(output)
     return {"exit_code": code, "output": text[-OUTPUT_KEEP_CHARS:], "truncated": len(text) > OUTPUT_KEEP_CHARS}
 

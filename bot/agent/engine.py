@@ -9,9 +9,8 @@ is idle starts a turn of its own so the agent can react.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
 from bot.agent import protocol
@@ -37,7 +36,6 @@ class _Session:
     injections: Injections
     task: asyncio.Task[TurnOutcome] | None = None
     request: TurnRequest | None = None
-    outcomes: list[TurnOutcome] = field(default_factory=list)
 
 
 class Engine:
@@ -112,39 +110,41 @@ class Engine:
         while session is not None and session.task is not None and not session.task.done():
             await asyncio.wait([session.task])
 
-    async def settle(self, session_key: str) -> list[TurnOutcome]:
-        """Wait until the session has no turn, no open call and no undelivered result; return its outcomes."""
-        session = self._session(session_key)
+    async def settle(self, session_key: str) -> None:
+        """Wait until the session has no turn, no open call and no undelivered result (oneshot, piped console)."""
         while True:
-            if session.task is not None:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(session.task)
-                if session.task.done():
-                    session.task = None
+            session = self._sessions.get(session_key)
+            if session is not None and session.task is not None and not session.task.done():
+                await asyncio.wait([session.task])
                 continue
             open_calls = self._registry.open_calls(session_key)
             if open_calls:
                 await asyncio.gather(*(self._registry.wait_final(call.id) for call in open_calls))
                 continue
-            if await self._store.undelivered_calls(session_key) and self._accepting:
+            news = await self._store.undelivered_calls(session_key)
+            if news and self._accepting and not self.is_busy(session_key):
                 self._start(session_key, [])
                 continue
-            return session.outcomes
+            if not self.is_busy(session_key):
+                return
 
     async def shutdown(self, grace_s: float) -> None:
-        """Stop taking work, let running turns finish for `grace_s`, then cancel them."""
+        """Stop taking work, let running turns finish for `grace_s`, cancel them, and at last stop them."""
         self._accepting = False
         for check in list(self._checks):
             check.cancel()
         tasks = [s.task for s in self._sessions.values() if s.task is not None and not s.task.done()]
-        if tasks:
-            _, still_running = await asyncio.wait(tasks, timeout=grace_s)
-            for key, session in self._sessions.items():
-                if session.task in still_running:
-                    await self.cancel_turn(key, by="shutdown")
-            await asyncio.wait(tasks, timeout=grace_s)
-        for check in list(self._checks):
-            check.cancel()
+        if not tasks:
+            return
+        _, still_running = await asyncio.wait(tasks, timeout=grace_s)
+        for key, session in list(self._sessions.items()):
+            if session.task in still_running:
+                await self.cancel_turn(key, by="shutdown")
+        _, stuck = await asyncio.wait(tasks, timeout=grace_s)
+        for task in stuck:
+            task.cancel()
+        if stuck:
+            await asyncio.wait(stuck, timeout=grace_s)
 
     # -- internals ------------------------------------------------------------------------
 
@@ -171,14 +171,9 @@ class Engine:
         session.task.add_done_callback(lambda task: self._turn_done(session_key, task))
 
     def _turn_done(self, session_key: str, task: asyncio.Task[TurnOutcome]) -> None:
-        session = self._sessions[session_key]
-        if task.cancelled():
-            return
-        if (error := task.exception()) is not None:
-            log.error("turn in %s crashed", session_key, exc_info=error)
-            return
-        session.outcomes.append(task.result())
-        if not task.result().pending_call_ids or session.injections.ready:
+        if task.cancelled() or task.exception() is not None:
+            return  # cancelled at shutdown; the runner reports every other failure itself
+        if not task.result().pending_call_ids:
             self._check_soon(session_key)
 
     def _on_call_changed(self, call: ToolCall) -> None:
@@ -200,6 +195,9 @@ class Engine:
         # Checked again after the await: a shutdown may have begun, and its list of turns is already taken.
         if has_news and self._accepting and not self.is_busy(session_key):
             self._start(session_key, [])
+        elif not has_news and not self.is_busy(session_key):
+            # Idle with nothing pending: forget it, so a long-running daemon keeps no per-thread state.
+            self._sessions.pop(session_key, None)
 
 
 def _plain_text(content: str | list[dict[str, JSON]]) -> str:

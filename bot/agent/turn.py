@@ -28,6 +28,11 @@ log = logging.getLogger(__name__)
 
 MAX_CONTINUATIONS = 2
 MALFORMED_CALL = "the tool call was malformed (missing id or arguments not a JSON object)"
+STOP_NOTICES = {
+    "refusal": "The model declined to continue with this request.",
+    "max_tokens": "The answer was cut off at the output limit.",
+    "model_context_window_exceeded": "This conversation no longer fits the model's context; please start a new thread.",
+}
 CONTINUE_NOTE = "[your reply was cut off by the output limit; continue exactly where you stopped]"
 
 
@@ -88,6 +93,11 @@ class TurnRunner:
         except ModelError as exc:
             outcome.error = str(exc)
             self._output.notice(key, f"⚠️ Model error: {exc}")
+        except Exception as exc:
+            # A bug or a store failure must cost this turn only: say so, keep the session usable.
+            log.exception("turn in %s failed", key)
+            outcome.error = f"internal error ({type(exc).__name__})"
+            self._output.notice(key, "⚠️ Something went wrong on our side; the turn stopped. Please try again.")
         finally:
             if request.cancelled.is_set():
                 outcome.cancelled_by = request.cancelled_by or "user"
@@ -113,8 +123,12 @@ class TurnRunner:
                 return
             # Fixed before the reply is stored: a history with a malformed tool_use is rejected by the API.
             malformed = set(protocol.normalise_tool_uses(reply.content))
-            messages.append({"role": "assistant", "content": reply.content})
-            await conversation.save(self._store)
+            if messages[-1]["role"] == "assistant":  # the continuation of a paused reply
+                messages[-1]["content"] = [*messages[-1]["content"], *reply.content]
+            else:
+                messages.append({"role": "assistant", "content": reply.content})
+            if reply.stop_reason != "pause_turn":  # a paused reply is stored once it is whole
+                await conversation.save(self._store)
             outcome.text = outcome.text + reply.text if cut_off else reply.text or outcome.text
             outcome.stop_reason = reply.stop_reason
             cut_off = False
@@ -126,12 +140,10 @@ class TurnRunner:
                 if not await self._run_batch(request, turn_id, reply, malformed, messages, outcome):
                     return
             elif reply.stop_reason == "pause_turn":
-                protocol.append_user(messages, [protocol.text_block("[continue]")])
+                continue  # the API continues a paused reply when it is sent back as it is
             elif not request.injections.ready:
-                if reply.stop_reason == "refusal":
-                    self._output.notice(key, "The model declined to continue with this request.")
-                elif reply.stop_reason == "max_tokens":
-                    self._output.notice(key, "The answer was cut off at the output limit.")
+                if notice := STOP_NOTICES.get(reply.stop_reason):
+                    self._output.notice(key, notice)
                 return
         self._output.notice(key, f"Stopped after {self._settings.max_iterations} steps without finishing.")
         outcome.error = "iteration limit reached"

@@ -14,6 +14,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
+from datetime import tzinfo
 from pathlib import Path
 
 from bot.calls.models import JSON, CallStatus, ProgressKind, ToolCall
@@ -48,8 +49,10 @@ class CallRegistry:
         max_concurrent: int,
         max_per_session: int,
         default_timeout_s: float,
+        zone: tzinfo | None = None,
     ) -> None:
         self._store = store
+        self._zone = zone
         self._writer = CallWriter(store)
         self._work_dir = work_dir
         self._global_slots = asyncio.Semaphore(max_concurrent)
@@ -60,7 +63,6 @@ class CallRegistry:
         self._open_by_session: dict[str, set[str]] = {}
         self._done: dict[str, asyncio.Event] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._contexts: dict[str, ToolContext] = {}
         self._flush_pending: set[str] = set()
         self._listeners: list[CallListener] = []
         self._abandoning = False
@@ -95,8 +97,7 @@ class CallRegistry:
         if error is not None or tool is None:
             call.transition(CallStatus.FAILED)
             call.error = error or f"unknown tool {tool_name!r}"
-            await self._writer.save(call)
-            self._finalised(call)
+            await self._save_final(call)
             return call
         self._open_by_session.setdefault(session_key, set()).add(call_id)
         self._done[call_id] = asyncio.Event()
@@ -108,9 +109,13 @@ class CallRegistry:
     async def _run(self, call: ToolCall, tool: Tool) -> None:
         loop = asyncio.get_running_loop()
         ctx = ToolContext(
-            call.id, call.session_key, self._work_dir, lambda kind, payload: self._progress(call, kind, payload), loop
+            call.id,
+            call.session_key,
+            self._work_dir,
+            lambda kind, payload: self._progress(call, kind, payload),
+            loop,
+            zone=self._zone,
         )
-        self._contexts[call.id] = ctx
         timeout_s = tool.timeout_s or self._default_timeout_s
         try:
             async with self._slot(call.session_key, tool.uses_slot):
@@ -140,7 +145,6 @@ class CallRegistry:
             log.exception("tool %s crashed (call %s)", call.tool_name, call.id)
             await self._finish(call, CallStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
         finally:
-            self._contexts.pop(call.id, None)
             self._tasks.pop(call.id, None)
 
     @staticmethod
@@ -175,8 +179,20 @@ class CallRegistry:
         call.timed_out = timed_out
         if status is not CallStatus.CANCELLED:
             call.cancelled_by = None
-        await self._writer.save(call)
-        self._finalised(call)
+        await self._save_final(call)
+
+    async def _save_final(self, call: ToolCall) -> None:
+        """Persist a final state; waiters and listeners are told even if the store fails.
+
+        A failed save is logged by the writer; the row stays open and is orphaned at the
+        next start, which is honest. A turn waiting forever on the call would not be.
+        """
+        try:
+            await self._writer.save(call)
+        except Exception:
+            log.warning("tool call %s is final but its row could not be saved", call.id)
+        finally:
+            self._finalised(call)
 
     def _finalised(self, call: ToolCall) -> None:
         open_calls = self._open_by_session.get(call.session_key)
@@ -245,6 +261,7 @@ class CallRegistry:
         if tasks:
             await asyncio.wait(tasks, timeout=grace_s)
         await self.cancel_many(list(self._tasks), by="shutdown")
+        await self._writer.drain()
 
     async def abandon(self) -> None:
         """Stop every call because this process is exiting without finishing them (oneshot).
@@ -257,6 +274,7 @@ class CallRegistry:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=CANCEL_WAIT_S)
+        await self._writer.drain()
 
     # -- looking up and waiting -----------------------------------------------------------
 

@@ -37,6 +37,11 @@ class CallWriter:
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush(), name="call-writer")
 
+    async def drain(self) -> None:
+        """Wait until everything queued so far is written (at shutdown, before the store closes)."""
+        if self._flusher is not None:
+            await asyncio.wait([self._flusher])
+
     async def _flush(self) -> None:
         while self._dirty:
             batch, self._dirty = list(self._dirty.values()), {}

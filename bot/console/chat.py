@@ -34,6 +34,7 @@ class ConsoleChat:
         self._interrupts = 0
         self._quit = asyncio.Event()
         self._cancels: set[asyncio.Task[object]] = set()
+        self._pending_read: asyncio.Task[str | None] | None = None
 
     async def run(self) -> int:
         output = ConsoleOutput(self._stdout, interactive=self._interactive)
@@ -59,43 +60,40 @@ class ConsoleChat:
                     await engine.settle(self._key)
             finally:
                 loop.remove_signal_handler(signal.SIGINT)
+                if self._pending_read is not None:
+                    self._pending_read.cancel()
         return 0
 
     async def _steer_until_idle(self, engine: Engine) -> bool:
         """Feed typed lines to the running turn until it ends; False when input ended meanwhile."""
-        keep_going = True
         turn = asyncio.ensure_future(engine.wait_turn(self._key))
-        try:
-            while not turn.done():
-                reading = asyncio.ensure_future(self._next_line()) if keep_going else None
-                await asyncio.wait([turn, *([reading] if reading else [])], return_when=asyncio.FIRST_COMPLETED)
-                if reading is None:
-                    continue
-                if not reading.done():
-                    reading.cancel()
-                    continue
-                line = reading.result()
-                if line is EOF_MARK or not line.strip():
-                    keep_going = False
-                else:
-                    engine.submit(self._key, line)
-        finally:
-            turn.cancel()
-        return keep_going and not self._quit.is_set()
+        while True:
+            reading = self._reading()
+            await asyncio.wait([turn, reading], return_when=asyncio.FIRST_COMPLETED)
+            if not reading.done():
+                return True  # the turn ended first; the read stays pending for the next prompt
+            self._pending_read = None
+            line = reading.result()
+            if line is EOF_MARK or not line.strip():
+                await turn
+                return False
+            engine.submit(self._key, line)
 
     async def _next_line(self) -> str | None:
-        getter = asyncio.ensure_future(self._lines.get())
-        quit_waiter = asyncio.ensure_future(self._quit.wait())
-        await asyncio.wait([getter, quit_waiter], return_when=asyncio.FIRST_COMPLETED)
-        quit_waiter.cancel()
-        if getter.done():
-            return getter.result()
-        getter.cancel()
-        return EOF_MARK
+        line = await self._reading()
+        self._pending_read = None
+        return line
+
+    def _reading(self) -> asyncio.Task[str | None]:
+        """The one outstanding read of the input queue: cancelling a read could swallow a line."""
+        if self._pending_read is None:
+            self._pending_read = asyncio.ensure_future(self._lines.get())
+        return self._pending_read
 
     def _on_interrupt(self, engine: Engine) -> None:
         if not engine.is_busy(self._key):
             self._quit.set()
+            self._lines.put_nowait(EOF_MARK)  # wakes the prompt
             return
         self._interrupts += 1
         if self._interrupts == 1:

@@ -5,6 +5,8 @@ Kept here so `bot/app.py` only says "there is a scheduler" and starts/stops it.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from bot.agent.toolbox import Toolbox
 from bot.calls.models import utcnow
 from bot.config import Settings
@@ -18,6 +20,9 @@ from bot.store import Store
 from bot.types import EngineOutput, Provider, TimezoneLookup
 
 HEARTBEAT_JOB_ID = "heartbeat"
+PRUNE_JOB_ID = "prune-seen-events"
+PRUNE_INTERVAL_S = 24 * 3600
+SEEN_EVENTS_KEEP = timedelta(days=7)
 
 
 def build_scheduler(
@@ -42,6 +47,13 @@ def build_scheduler(
         clock=clock or utcnow,
         session_prefixes=session_prefixes,
     )
+    now = clock or utcnow
+
+    async def prune_seen_events() -> int:
+        """Slack redelivers an event for minutes at most; a week of dedup keys is plenty."""
+        return await store.prune_events(now() - SEEN_EVENTS_KEEP)
+
+    scheduler.every(PRUNE_JOB_ID, PRUNE_INTERVAL_S, prune_seen_events)
     zones = Zones(settings.zone, user_timezone)
     for item in (
         *wait_tools(scheduler, default_zone=settings.zone, max_wait_s=settings.bot_max_wait_s),

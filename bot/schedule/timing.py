@@ -9,7 +9,7 @@ beyond the configured maximum lateness it is reported as missed instead.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from enum import StrEnum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -78,10 +78,6 @@ def parse_zone(name: str) -> ZoneInfo:
         return ZoneInfo(name.strip())
     except (ZoneInfoNotFoundError, ValueError):
         raise ValueError(f"unknown time zone {name!r} (use an IANA name such as Europe/Paris)") from None
-
-
-def due_in(seconds: float, now: datetime) -> datetime:
-    return now + timedelta(seconds=seconds)
 
 
 def iso_utc(moment: datetime) -> str:

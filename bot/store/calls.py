@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import aiosqlite
 
 from bot.calls.models import CallStatus, ToolCall, utcnow
-from bot.store.schema import CALL_COLUMNS, call_from_row, call_to_row, ts
+from bot.store.schema import CALL_COLUMNS, call_from_row, call_to_row, fetch, ts
 
 ORPHANED_ERROR = "the process that ran this call stopped"
 _OPEN = "('pending', 'running')"  # the statuses a call may still leave
@@ -34,10 +33,6 @@ _TOUCH_FINAL_CALL = f"""
 UPDATE tool_calls SET delivered = MAX(delivered, ?), progress = ?
 WHERE id = ? AND status = ? AND status NOT IN {_OPEN}
 """
-
-
-async def _fetch(db: aiosqlite.Connection, sql: str, *params: Any) -> list[sqlite3.Row]:
-    return list(await db.execute_fetchall(sql, params))
 
 
 class CallQueries:
@@ -73,21 +68,21 @@ class CallQueries:
 
     async def load_call(self, call_id: str) -> ToolCall | None:
         async with self._read() as db:
-            rows = await _fetch(db, f"{_SELECT_CALLS} WHERE id = ?", call_id)
+            rows = await fetch(db, f"{_SELECT_CALLS} WHERE id = ?", call_id)
         return call_from_row(rows[0]) if rows else None
 
     async def session_calls(self, key: str, *, only_open: bool = False) -> list[ToolCall]:
         """The session's calls, oldest first; with `only_open`, just those still pending or running."""
         where = f" AND status IN {_OPEN}" if only_open else ""
         async with self._read() as db:
-            rows = await _fetch(db, f"{_SELECT_CALLS} WHERE session_key = ?{where} ORDER BY created_at, rowid", key)
+            rows = await fetch(db, f"{_SELECT_CALLS} WHERE session_key = ?{where} ORDER BY created_at, rowid", key)
         return [call_from_row(row) for row in rows]
 
     async def orphan_open_calls(self) -> list[ToolCall]:
         """At start-up: calls a previous process left open become `orphaned`; returns them as updated."""
         async with self._write() as db:
             sql = f"UPDATE tool_calls SET status = ?, completed_at = ?, error = ? WHERE status IN {_OPEN}"
-            rows = await _fetch(
+            rows = await fetch(
                 db, f"{sql} RETURNING {_CALL_COLUMNS}", CallStatus.ORPHANED.value, ts(utcnow()), ORPHANED_ERROR
             )
             calls = [call_from_row(row) for row in rows]
@@ -124,7 +119,7 @@ class CallQueries:
             f"WHERE asked.call_id IN ({marks}) ORDER BY c.created_at, c.rowid"
         )
         async with self._read() as db:
-            rows = await _fetch(db, sql, *call_ids)
+            rows = await fetch(db, sql, *call_ids)
         places: dict[str, dict[str, ToolCall]] = {}
         for row in rows:
             call = call_from_row(row)
@@ -135,5 +130,5 @@ class CallQueries:
         """Final calls of the session whose result the model has not been given yet, oldest first."""
         sql = f"{_SELECT_CALLS} WHERE session_key = ? AND status NOT IN {_OPEN} AND delivered = 0"
         async with self._read() as db:
-            rows = await _fetch(db, f"{sql} ORDER BY created_at, rowid", key)
+            rows = await fetch(db, f"{sql} ORDER BY created_at, rowid", key)
         return [call_from_row(row) for row in rows]

@@ -19,12 +19,12 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import aiosqlite
 
 from bot.calls.models import utcnow
-from bot.store.schema import ts, ts_or_none
+from bot.store.schema import fetch, ts, ts_or_none
 
 _COLUMNS = "id, session_key, kind, text, requester, due_at, cron, zone, status, fired_at, created_at"
 
@@ -92,10 +92,6 @@ def _reminder(row: sqlite3.Row) -> Reminder:
     )
 
 
-async def _rows(db: aiosqlite.Connection, sql: str, *params: Any) -> list[sqlite3.Row]:
-    return list(await db.execute_fetchall(sql, params))
-
-
 class ReminderQueries:
     """The reminder half of `Store`'s interface."""
 
@@ -104,6 +100,9 @@ class ReminderQueries:
         def _read(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
 
         def _write(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+
+        @staticmethod
+        async def _require_session(db: aiosqlite.Connection, key: str) -> None: ...
 
     async def add_reminders(self, items: Sequence[NewReminder]) -> list[Reminder]:
         """Insert in one transaction, all or nothing; each session must exist (KeyError otherwise)."""
@@ -115,11 +114,10 @@ class ReminderQueries:
         added: list[Reminder] = []
         async with self._write() as db:
             for key in {item.session_key for item in items}:
-                if not await _rows(db, "SELECT 1 FROM sessions WHERE key = ?", key):
-                    raise KeyError(f"no session {key!r}")
+                await self._require_session(db, key)
             for item in items:
                 params = (item.session_key, item.kind.value, item.text, item.requester, ts(item.due_at))
-                rows = await _rows(db, sql, *params, item.cron, item.zone, created_at)
+                rows = await fetch(db, sql, *params, item.cron, item.zone, created_at)
                 added.append(_reminder(rows[0]))
         return added
 
@@ -128,7 +126,7 @@ class ReminderQueries:
 
     async def get_reminder(self, reminder_id: int) -> Reminder | None:
         async with self._read() as db:
-            rows = await _rows(db, f"SELECT {_COLUMNS} FROM reminders WHERE id = ?", reminder_id)
+            rows = await fetch(db, f"SELECT {_COLUMNS} FROM reminders WHERE id = ?", reminder_id)
         return _reminder(rows[0]) if rows else None
 
     async def pending_reminders(self, session_key: str | None = None) -> list[Reminder]:
@@ -136,7 +134,7 @@ class ReminderQueries:
         where, params = ("AND session_key = ?", (session_key,)) if session_key is not None else ("", ())
         sql = f"SELECT {_COLUMNS} FROM reminders WHERE status = 'pending' {where} ORDER BY due_at, id"
         async with self._read() as db:
-            rows = await _rows(db, sql, *params)
+            rows = await fetch(db, sql, *params)
         return [_reminder(row) for row in rows]
 
     async def claim_reminder(
@@ -151,7 +149,7 @@ class ReminderQueries:
             f"WHERE id = ? AND status = 'pending' AND due_at = ? AND cron IS NULL RETURNING {_COLUMNS}"
         )
         async with self._write() as db:
-            rows = await _rows(db, sql, outcome.value, fired_at, reminder_id, ts(due_at))
+            rows = await fetch(db, sql, outcome.value, fired_at, reminder_id, ts(due_at))
         return _reminder(rows[0]) if rows else None
 
     async def advance_reminder(
@@ -166,7 +164,7 @@ class ReminderQueries:
             f"WHERE id = ? AND status = 'pending' AND due_at = ? AND cron IS NOT NULL RETURNING {_COLUMNS}"
         )
         async with self._write() as db:
-            rows = await _rows(db, sql, ts(next_due_at), ts_or_none(fired_at), reminder_id, ts(due_at))
+            rows = await fetch(db, sql, ts(next_due_at), ts_or_none(fired_at), reminder_id, ts(due_at))
         return _reminder(rows[0]) if rows else None
 
     async def cancel_reminder(self, reminder_id: int, *, session_key: str) -> Reminder | None:
@@ -176,5 +174,5 @@ class ReminderQueries:
             f"WHERE id = ? AND session_key = ? AND status = 'pending' RETURNING {_COLUMNS}"
         )
         async with self._write() as db:
-            rows = await _rows(db, sql, reminder_id, session_key)
+            rows = await fetch(db, sql, reminder_id, session_key)
         return _reminder(rows[0]) if rows else None

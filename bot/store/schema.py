@@ -150,6 +150,11 @@ def call_from_row(row: sqlite3.Row) -> ToolCall:
     return ToolCall.from_record(record)
 
 
+async def fetch(db: aiosqlite.Connection, sql: str, *params: Any) -> list[sqlite3.Row]:
+    """All rows of a query, as a list (aiosqlite hands back an iterable)."""
+    return list(await db.execute_fetchall(sql, params))
+
+
 async def schema_version(db: aiosqlite.Connection) -> int:
     rows = list(await db.execute_fetchall("PRAGMA user_version"))
     return int(rows[0][0])

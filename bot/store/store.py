@@ -29,13 +29,9 @@ from bot.calls.models import utcnow
 from bot.errors import StoreError
 from bot.store.calls import CallQueries
 from bot.store.reminders import ReminderQueries
-from bot.store.schema import dumps, migrate, ts
+from bot.store.schema import dumps, fetch, migrate, ts
 
 BUSY_TIMEOUT_MS = 5_000
-
-
-async def _fetch(db: aiosqlite.Connection, sql: str, *params: Any) -> list[sqlite3.Row]:
-    return list(await db.execute_fetchall(sql, params))
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +114,7 @@ class Store(CallQueries, ReminderQueries):
 
     @staticmethod
     async def _require_session(db: aiosqlite.Connection, key: str) -> None:
-        if not await _fetch(db, "SELECT 1 FROM sessions WHERE key = ?", key):
+        if not await fetch(db, "SELECT 1 FROM sessions WHERE key = ?", key):
             raise KeyError(f"no session {key!r}")
 
     # --- events -------------------------------------------------------------------------
@@ -145,18 +141,18 @@ class Store(CallQueries, ReminderQueries):
                 "INSERT OR IGNORE INTO sessions (key, created_at, address) VALUES (?, ?, ?)",
                 (key, ts(utcnow()), dumps(address or {})),
             )
-            rows = await _fetch(db, "SELECT * FROM sessions WHERE key = ?", key)
+            rows = await fetch(db, "SELECT * FROM sessions WHERE key = ?", key)
             return _session(rows[0])
 
     async def get_session(self, key: str) -> SessionRecord | None:
         async with self._read() as db:
-            rows = await _fetch(db, "SELECT * FROM sessions WHERE key = ?", key)
+            rows = await fetch(db, "SELECT * FROM sessions WHERE key = ?", key)
         return _session(rows[0]) if rows else None
 
     async def update_address(self, key: str, address: dict[str, Any]) -> None:
         """Merge `address` into the stored one (new keys win); KeyError if the session is unknown."""
         async with self._write() as db:
-            rows = await _fetch(db, "SELECT address FROM sessions WHERE key = ?", key)
+            rows = await fetch(db, "SELECT address FROM sessions WHERE key = ?", key)
             if not rows:
                 raise KeyError(f"no session {key!r}")
             merged = {**json.loads(rows[0]["address"]), **address}
@@ -166,7 +162,7 @@ class Store(CallQueries, ReminderQueries):
         """Count a new turn and return its number (1, 2, …); atomic, so concurrent turns never share one."""
         async with self._write() as db:
             sql = "UPDATE sessions SET turn_count = turn_count + 1 WHERE key = ? RETURNING turn_count"
-            rows = await _fetch(db, sql, key)
+            rows = await fetch(db, sql, key)
             if not rows:
                 raise KeyError(f"no session {key!r}")
             return int(rows[0][0])
@@ -175,9 +171,9 @@ class Store(CallQueries, ReminderQueries):
         """Give session `key` another name; idempotent. ValueError if `alias` already names another session."""
         async with self._write() as db:
             await self._require_session(db, key)
-            if alias != key and await _fetch(db, "SELECT 1 FROM sessions WHERE key = ?", alias):
+            if alias != key and await fetch(db, "SELECT 1 FROM sessions WHERE key = ?", alias):
                 raise ValueError(f"{alias!r} is already a session key")
-            rows = await _fetch(db, "SELECT session_key FROM session_aliases WHERE alias = ?", alias)
+            rows = await fetch(db, "SELECT session_key FROM session_aliases WHERE alias = ?", alias)
             if rows and rows[0][0] != key:
                 raise ValueError(f"alias {alias!r} already names session {rows[0][0]!r}")
             if alias != key:
@@ -188,9 +184,9 @@ class Store(CallQueries, ReminderQueries):
     async def resolve(self, key_or_alias: str) -> str | None:
         """The session key a key or alias names, None if it names nothing."""
         async with self._read() as db:
-            rows = await _fetch(db, "SELECT key FROM sessions WHERE key = ?", key_or_alias)
+            rows = await fetch(db, "SELECT key FROM sessions WHERE key = ?", key_or_alias)
             if not rows:
-                rows = await _fetch(db, "SELECT session_key FROM session_aliases WHERE alias = ?", key_or_alias)
+                rows = await fetch(db, "SELECT session_key FROM session_aliases WHERE alias = ?", key_or_alias)
         return str(rows[0][0]) if rows else None
 
     # --- conversation -------------------------------------------------------------------
@@ -198,7 +194,7 @@ class Store(CallQueries, ReminderQueries):
     async def load_messages(self, key: str) -> list[dict[str, Any]]:
         """The session's messages in the order they were appended."""
         async with self._read() as db:
-            rows = await _fetch(db, "SELECT body FROM messages WHERE session_key = ? ORDER BY seq", key)
+            rows = await fetch(db, "SELECT body FROM messages WHERE session_key = ? ORDER BY seq", key)
         return [json.loads(row[0]) for row in rows]
 
     async def append_messages(self, key: str, messages: Sequence[dict[str, Any]]) -> None:
@@ -209,7 +205,7 @@ class Store(CallQueries, ReminderQueries):
         bodies = [(str(message["role"]), dumps(message)) for message in messages]
         async with self._write() as db:
             await self._require_session(db, key)
-            rows = await _fetch(db, "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_key = ?", key)
+            rows = await fetch(db, "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_key = ?", key)
             first = int(rows[0][0]) + 1
             await db.executemany(
                 "INSERT INTO messages (session_key, seq, role, body, created_at) VALUES (?, ?, ?, ?, ?)",
