@@ -20,10 +20,8 @@ import random
 import resource
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +30,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import anthropic  # noqa: E402
 from fakes.anthropic_api import FakeAnthropic, Reply, tool_use  # noqa: E402
+from support import Edge, classic_cancel_latencies, line, pct  # noqa: E402
 
 from bot.app import Core, open_core  # noqa: E402
 from bot.calls.models import CallStatus, ToolCall  # noqa: E402
@@ -39,7 +38,7 @@ from bot.calls.registry import CallRegistry  # noqa: E402
 from bot.config import load_settings  # noqa: E402
 from bot.model.anthropic import AnthropicProvider  # noqa: E402
 from bot.store import Store  # noqa: E402
-from bot.types import ModelReply, ModelRequest, TextSink, TurnOutcome  # noqa: E402
+from bot.types import ModelReply, ModelRequest, TextSink  # noqa: E402
 from tools.base import Tool, ToolContext, tool  # noqa: E402
 from tools.run_command import run_command  # noqa: E402
 from tools.sleep_for import sleep_for  # noqa: E402
@@ -52,54 +51,11 @@ BASELINE_TOOL_S = 2.0
 BASELINE_RUNS = 3
 
 
-class Edge:
-    """An `EngineOutput` that keeps the latest state of each call and counts finished turns; wakes waiters."""
-
-    def __init__(self) -> None:
-        self.calls: dict[str, ToolCall] = {}
-        self.finished: dict[str, int] = {}
-        self._changed = asyncio.Event()
-
-    def call_changed(self, call: ToolCall) -> None:
-        self.calls[call.id] = call
-        self._changed.set()
-
-    def turn_finished(self, outcome: TurnOutcome) -> None:
-        self.finished[outcome.session_key] = self.finished.get(outcome.session_key, 0) + 1
-        self._changed.set()
-
-    def __getattr__(self, name: str) -> Callable[..., None]:
-        return lambda *args, **kwargs: None
-
-    def poke(self) -> None:
-        self._changed.set()
-
-    def running(self, call_id: str) -> bool:
-        return call_id in self.calls and self.calls[call_id].status is CallStatus.RUNNING
-
-    async def until(self, predicate: Callable[[], bool], timeout_s: float = 30) -> None:
-        async with asyncio.timeout(timeout_s):
-            while not predicate():
-                self._changed.clear()
-                await self._changed.wait()
-
-
 class InstantModel:
     """Answers at once: a cancelled call's result is news, and the idle session gets a turn to hear it."""
 
     async def complete(self, request: ModelRequest, on_text: TextSink | None = None) -> ModelReply:
         return ModelReply([{"type": "text", "text": "ok"}], "end_turn")
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
-
-
-def line(label: str, values_ms: list[float], target: str = "") -> None:
-    p50, p99 = pct(values_ms, 50), pct(values_ms, 99)
-    extra = f"   target {target}" if target else ""
-    print(f"  {label:<46} p50 {p50:8.1f} ms   p99 {p99:8.1f} ms   max {max(values_ms):8.1f} ms{extra}")
 
 
 def rss_mb() -> float:
@@ -168,38 +124,13 @@ async def cancel_latencies(core: Core, edge: Edge) -> dict[str, list[float]]:
     return results
 
 
-def classic_sleep(seconds: float, stop: threading.Event) -> float:
-    for _ in range(int(seconds)):
-        if stop.is_set():
-            break
-        time.sleep(1.0)
-    return time.perf_counter()
-
-
-async def classic_cancel_latencies() -> list[float]:
-    loop = asyncio.get_running_loop()
-    pool = ThreadPoolExecutor(max_workers=CANCEL_RUNS)
-
-    async def one() -> float:
-        stop = threading.Event()
-        future = loop.run_in_executor(pool, classic_sleep, 30.0, stop)
-        await asyncio.sleep(random.uniform(0.1, 1.1))
-        requested = time.perf_counter()
-        stop.set()
-        return (await future - requested) * 1000
-
-    latencies = await asyncio.gather(*(one() for _ in range(CANCEL_RUNS)))
-    pool.shutdown()
-    return list(latencies)
-
-
 # --- (2) 1,000 concurrent calls -------------------------------------------------------------------------
 
 
 class NoWriteStore(Store):
     """Diagnostic: a store whose call writes return at once, to show what the write-through costs."""
 
-    async def save_call(self, call: ToolCall) -> None:
+    async def save_calls(self, calls: Sequence[ToolCall]) -> None:
         return None
 
 
@@ -322,7 +253,7 @@ async def main() -> None:
             print(f"(1) cancel latency, {CANCEL_RUNS} runs each (until the work itself stopped)")
             for label, values in (await cancel_latencies(core, edge)).items():
                 line(label, values, "p99 ≤ 100 ms")
-            line("baseline: thread, flag checked each second", await classic_cancel_latencies())
+            line("baseline: thread, flag checked each second", await classic_cancel_latencies(CANCEL_RUNS))
 
         print(f"\n(2) {CONCURRENT_CALLS:,} concurrent sleep_for(1), {SESSIONS} sessions, cap 1,000 (10 a session)")
         rss_before = rss_mb()

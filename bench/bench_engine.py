@@ -17,9 +17,7 @@ import asyncio
 import random
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -27,62 +25,19 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-import anthropic  # noqa: E402
 from fakes.anthropic_api import FakeAnthropic, Reply, tool_use  # noqa: E402
+from support import Edge, classic_cancel_latencies, line, sdk_provider  # noqa: E402
 
 from bot.app import Core, open_core  # noqa: E402
-from bot.calls.models import CallStatus, ToolCall  # noqa: E402
+from bot.calls.models import CallStatus  # noqa: E402
 from bot.config import load_settings  # noqa: E402
-from bot.model.anthropic import AnthropicProvider  # noqa: E402
-from bot.types import ModelReply, ModelRequest, Provider, TextSink, TurnOutcome  # noqa: E402
+from bot.types import ModelReply, ModelRequest, Provider, TextSink  # noqa: E402
 from tools.base import ToolContext, tool  # noqa: E402
 
 WAKE_RUNS = 30
 CANCEL_RUNS = 50
 CPU_TURNS = 300
 CLASSIC_TICK_S = 0.1
-
-
-class Edge:
-    """An `EngineOutput` that keeps the latest state of each call and each finished turn, and wakes waiters."""
-
-    def __init__(self) -> None:
-        self.calls: dict[str, ToolCall] = {}
-        self.finished: dict[str, int] = {}
-        self._changed = asyncio.Event()
-
-    def call_changed(self, call: ToolCall) -> None:
-        self.calls[call.id] = call
-        self._changed.set()
-
-    def turn_finished(self, outcome: TurnOutcome) -> None:
-        self.finished[outcome.session_key] = self.finished.get(outcome.session_key, 0) + 1
-        self._changed.set()
-
-    def __getattr__(self, name: str) -> Callable[..., None]:
-        return lambda *args, **kwargs: None
-
-    async def until(self, predicate: Callable[[], bool], timeout_s: float = 30) -> None:
-        async with asyncio.timeout(timeout_s):
-            while not predicate():
-                self._changed.clear()
-                await self._changed.wait()
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
-
-
-def line(label: str, values_ms: list[float], target: str = "") -> None:
-    p50, p99 = pct(values_ms, 50), pct(values_ms, 99)
-    extra = f"   target {target}" if target else ""
-    print(f"  {label:<44} p50 {p50:8.1f} ms   p99 {p99:8.1f} ms   max {max(values_ms):8.1f} ms{extra}")
-
-
-def sdk_provider(fake: FakeAnthropic) -> AnthropicProvider:
-    client = anthropic.AsyncAnthropic(base_url=fake.url, api_key="bench", max_retries=0)
-    return AnthropicProvider(model="claude-sonnet-5-5", max_tokens=1024, client=client)
 
 
 # --- (a) tool finished → next model request ----------------------------------------------------------
@@ -168,32 +123,6 @@ async def cancel_latency_engine(fake: FakeAnthropic, data_dir: Path) -> list[flo
     return latencies
 
 
-def classic_sleep(seconds: float, stop: threading.Event) -> float:
-    """The seed's threaded sleep_for: one-second steps, the cancel flag checked between them."""
-    for _ in range(int(seconds)):
-        if stop.is_set():
-            break
-        time.sleep(1.0)
-    return time.perf_counter()
-
-
-async def cancel_latency_classic() -> list[float]:
-    loop = asyncio.get_running_loop()
-    pool = ThreadPoolExecutor(max_workers=CANCEL_RUNS)
-
-    async def one() -> float:
-        stop = threading.Event()
-        future = loop.run_in_executor(pool, classic_sleep, 30.0, stop)
-        await asyncio.sleep(random.uniform(0.1, 1.1))
-        requested = time.perf_counter()
-        stop.set()
-        return (await future - requested) * 1000
-
-    latencies = await asyncio.gather(*(one() for _ in range(CANCEL_RUNS)))
-    pool.shutdown()
-    return list(latencies)
-
-
 # --- (c) CPU per turn ---------------------------------------------------------------------------------
 
 
@@ -270,7 +199,7 @@ async def main() -> None:
 
             print(f"\n(b) cancel latency of a running sleep_for, {CANCEL_RUNS} runs")
             line("threadbot (task cancel)", await cancel_latency_engine(fake, data_dir / "b"), "p99 ≤ 100 ms")
-            line("baseline: thread, flag checked each second", await cancel_latency_classic())
+            line("baseline: thread, flag checked each second", await classic_cancel_latencies(CANCEL_RUNS))
 
         print(f"\n(c) CPU per turn, model time excluded (instant in-process provider), {CPU_TURNS} turns")
         cpu, wall = await cpu_per_turn(data_dir, InstantProvider(), "plain")

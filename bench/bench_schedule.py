@@ -43,7 +43,7 @@ class NullEdge:
     def __init__(self) -> None:
         self.handed: dict[str, datetime] = {}
 
-    def reminder(self, session_key: str, text: str) -> None:
+    def reminder(self, session_key: str, text: str, requester: str | None = None) -> None:
         self.handed[text] = utcnow()
 
     def __getattr__(self, name: str) -> Any:

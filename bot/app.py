@@ -22,6 +22,7 @@ from bot.calls.models import ToolCall
 from bot.calls.registry import CallRegistry
 from bot.calls.system_tools import system_tools
 from bot.config import Settings
+from bot.errors import ConfigError
 from bot.model.anthropic import AnthropicProvider
 from bot.schedule import Scheduler, build_scheduler
 from bot.schedule.firing import Clock
@@ -50,6 +51,8 @@ class Core:
 def anthropic_provider(settings: Settings, *, max_retries: int = 2) -> AnthropicProvider:
     """The model client; `ANTHROPIC_API_KEY` and `ANTHROPIC_BASE_URL` are read by the SDK itself."""
     client = anthropic.AsyncAnthropic(max_retries=max_retries)
+    if client.api_key is None and client.auth_token is None:
+        raise ConfigError("ANTHROPIC_API_KEY: not set (the Anthropic API key the model is called with)")
     return AnthropicProvider(model=settings.bot_model, max_tokens=settings.bot_max_tokens, client=client)
 
 

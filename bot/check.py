@@ -5,13 +5,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Awaitable, Callable
 
-import anthropic
-from slack_sdk.errors import SlackApiError
-from slack_sdk.web.async_client import AsyncWebClient
+import aiohttp
 
+from bot.app import anthropic_provider
 from bot.config import Settings
-from bot.errors import StoreError
+from bot.errors import ConfigError, ModelError, ThreadbotError
+from bot.slack.app import build_client, identify
 from bot.store import Store
+from bot.types import ModelRequest
 
 Check = Callable[[Settings], Awaitable[str]]
 
@@ -23,29 +24,27 @@ async def check_database(settings: Settings) -> str:
 
 
 async def check_slack(settings: Settings) -> str:
-    if settings.slack_bot_token is None:
-        raise RuntimeError("SLACK_BOT_TOKEN is not set (required for `run`)")
-    if settings.slack_app_token is None and settings.slack_signing_secret is None:
-        raise RuntimeError("HTTP mode needs SLACK_SIGNING_SECRET (or set SLACK_APP_TOKEN for Socket Mode)")
-    client = AsyncWebClient(token=settings.slack_bot_token.get_secret_value(), base_url=settings.slack_api_url)
-    try:
-        auth = await client.auth_test()
-    except SlackApiError as exc:
-        raise RuntimeError(f"Slack rejected SLACK_BOT_TOKEN: {exc.response.get('error')}") from None
+    """The token, through the very client and `auth.test` that `run` starts with, so both agree on the URL."""
+    async with aiohttp.ClientSession() as session:
+        client = build_client(settings, session)  # ConfigError without a token
+        if settings.slack_app_token is None and settings.slack_signing_secret is None:
+            raise RuntimeError("HTTP mode needs SLACK_SIGNING_SECRET (or set SLACK_APP_TOKEN for Socket Mode)")
+        me = await identify(client)
     mode = "Socket Mode" if settings.slack_app_token else "HTTP mode"
-    return f"Slack token works: bot {auth.get('user')} in team {auth.get('team')} ({mode})"
+    return f"Slack token works: bot <@{me.user_id}> in team {me.team_id} ({mode})"
 
 
 async def check_model(settings: Settings) -> str:
     try:
-        async with anthropic.AsyncAnthropic(max_retries=1) as client:
-            await client.messages.create(
-                model=settings.bot_model, max_tokens=1, messages=[{"role": "user", "content": "ping"}]
+        provider = anthropic_provider(settings, max_retries=1)
+        try:
+            await provider.complete(
+                ModelRequest(system="", messages=[{"role": "user", "content": "ping"}], tools=[], max_tokens=1)
             )
-    except anthropic.APIStatusError as exc:
-        raise RuntimeError(f"model {settings.bot_model}: HTTP {exc.status_code}: {exc.message}") from None
-    except (anthropic.APIConnectionError, TypeError) as exc:
-        raise RuntimeError(f"model API unreachable or not configured: {exc}") from None
+        finally:
+            await provider.close()
+    except (ConfigError, ModelError) as exc:
+        raise RuntimeError(f"model {settings.bot_model}: {exc}") from None
     return f"model {settings.bot_model} answers"
 
 
@@ -59,7 +58,7 @@ async def run_checks(settings: Settings) -> int:
     for name, check in CHECKS.items():
         try:
             print(f"✓ {await check(settings)}")
-        except (RuntimeError, StoreError) as exc:
+        except (RuntimeError, ThreadbotError) as exc:
             failures += 1
             print(f"✗ {name}: {exc}", file=sys.stdout)
     return 1 if failures else 0

@@ -79,8 +79,8 @@ class EngineOutput(Protocol):
     def notice(self, session_key: str, text: str) -> None:
         """A short line for the people in the session: an error, a cut-off answer."""
 
-    def reminder(self, session_key: str, text: str) -> None:
-        """A due reminder, posted without a model call; the edge mentions whoever asked for it."""
+    def reminder(self, session_key: str, text: str, requester: str | None = None) -> None:
+        """A due reminder, posted without a model call; the edge mentions `requester`, who asked for it."""
 
     def turn_finished(self, outcome: TurnOutcome) -> None: ...
 

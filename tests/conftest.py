@@ -122,7 +122,7 @@ class RecordingOutput:
         self.notices.append((session_key, text))
         self._record("notice", session_key, text)
 
-    def reminder(self, session_key: str, text: str) -> None:
+    def reminder(self, session_key: str, text: str, requester: str | None = None) -> None:
         self.reminders.append((session_key, text))
         self._record("reminder", session_key, text)
 

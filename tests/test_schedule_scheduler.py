@@ -208,10 +208,10 @@ async def test_a_missed_cron_run_is_reported_and_the_next_one_kept(make: Factory
 
 
 class ExplodingOutput(RecordingOutput):
-    def reminder(self, session_key: str, text: str) -> None:
+    def reminder(self, session_key: str, text: str, requester: str | None = None) -> None:
         if text == "boom":
             raise RuntimeError("the edge fell over")
-        super().reminder(session_key, text)
+        super().reminder(session_key, text, requester)
 
 
 async def test_a_job_raising_does_not_stop_later_jobs(make: Factory, caplog: pytest.LogCaptureFixture) -> None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator, Callable
 
 import pytest
 from fakes.slack_api import FakeSlack
 
+from bot import check
 from bot.config import Settings
-from bot.errors import ConfigError
+from bot.errors import ConfigError, ThreadbotError
 from bot.slack.daemon import serve
 from bot.slack.metrics import Metrics
 
@@ -43,6 +45,33 @@ async def test_a_refused_app_token_is_named(
     with pytest.raises(ConfigError, match=r"^SLACK_APP_TOKEN: Slack refused it \(invalid_auth\)$"):
         await serve(settings, port=0)
     assert slack.open_connections == []
+
+
+async def test_check_uses_the_daemons_client_so_a_url_without_a_slash_works(
+    slack: FakeSlack, make_settings: Callable[..., Settings]
+) -> None:
+    url = slack.api_url.rstrip("/")
+    settings = make_settings(slack_bot_token="xoxb-good", slack_app_token="xapp-good", slack_api_url=url)
+    assert await check.check_slack(settings) == "Slack token works: bot <@UBOT> in team T1 (Socket Mode)"
+    refused = make_settings(slack_bot_token="xoxb-bad", slack_app_token="xapp-good", slack_api_url=url)
+    with pytest.raises(ConfigError, match=r"^SLACK_BOT_TOKEN: Slack refused it \(invalid_auth\)$"):
+        await check.check_slack(refused)
+
+
+async def test_check_reports_an_unreachable_slack_in_one_line(
+    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}/api"
+    settings = make_settings(slack_bot_token="xoxb-good", slack_app_token="xapp-good", slack_api_url=url)
+    with pytest.raises(ThreadbotError, match=r"^cannot reach Slack at http://127\.0\.0\.1:\d+/api/: "):
+        await check.check_slack(settings)
+    monkeypatch.setattr(check, "CHECKS", {"slack": check.check_slack})
+    assert await check.run_checks(settings) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "✓ configuration is valid"
+    assert len(out) == 2 and out[1].startswith("✗ slack: cannot reach Slack at http://127.0.0.1:"), out
 
 
 def test_metrics_are_prometheus_text() -> None:

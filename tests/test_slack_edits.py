@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 from fakes.slack_api import ApiCall, FakeSlack
-from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
+from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler, AsyncServerErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.config import Settings
+from bot.slack.app import build_client
 from bot.slack.edits import EditScheduler, TokenBucket
 
 MakeScheduler = Callable[..., Awaitable[EditScheduler]]
@@ -114,22 +116,31 @@ async def test_final_lands_through_a_429_storm_and_every_edit_pauses(
     assert (edits_.stats.rate_limited, edits_.stats.retried, edits_.stats.sent) == (3, 3, 2)
 
 
-async def test_429_after_the_sdk_retry_handler_gave_up(slack: FakeSlack) -> None:
-    """The production client retries one 429 itself (sleeping inside the call); the second reaches us."""
-    client = AsyncWebClient(token="xoxb-test", base_url=slack.api_url)
-    client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=1))
-    [ts] = await post(client)
+async def test_the_daemons_edit_client_leaves_every_429_to_the_scheduler(
+    slack: FakeSlack, make_settings: Callable[..., Settings]
+) -> None:
+    """No 429 is slept out inside the SDK (blocking the one worker blind): each one pauses every edit here."""
+    settings = make_settings(slack_bot_token="xoxb-test", slack_api_url=slack.api_url)
+    client = build_client(settings, retry_rate_limits=False)  # what serve() gives its EditScheduler
+    assert not any(isinstance(h, AsyncRateLimitErrorRetryHandler) for h in client.retry_handlers)
+    assert any(isinstance(h, AsyncServerErrorRetryHandler) for h in client.retry_handlers)
+    assert any(isinstance(h, AsyncRateLimitErrorRetryHandler) for h in build_client(settings).retry_handlers)
+    first, second = await post(client, 2)
     edits_ = EditScheduler(client, per_minute=60_000, burst=1000, min_interval_s=0.05)
     await edits_.start()
     try:
         slack.fail("chat.update", status=429, retry_after=1, times=2)
-        edits_.update("C1", ts, text="done", final=True)
+        edits_.update("C1", first, text="done", final=True)
+        await slack.wait_for(lambda: len(updates(slack)) == 1, 5, "the first 429")
+        edits_.update("C1", second, text="also done", final=True)
         await edits_.idle(10)
     finally:
         await edits_.close(timeout_s=1)
-    assert [c.status for c in updates(slack)] == [429, 429, 200]
-    assert edits(slack, ts) == ["done"]
-    assert (edits_.stats.rate_limited, slack.rate_limited["chat.update"]) == (1, 2)
+    assert [c.status for c in updates(slack)] == [429, 429, 200, 200]
+    assert (edits(slack, first), edits(slack, second)) == (["done"], ["also done"])
+    assert (edits_.stats.rate_limited, slack.rate_limited["chat.update"]) == (2, 2)
+    calls = updates(slack)
+    assert calls[1].time - calls[0].time >= 0.9 and calls[2].time - calls[1].time >= 0.9, "each 429 paused all"
 
 
 async def test_final_lands_through_server_errors(

@@ -16,6 +16,8 @@ from fakes.anthropic_api import FakeAnthropic, Reply, tool_use, user_texts
 from fakes.slack_api import FakeSlack, event_callback_body
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.app import Core
+from bot.slack import history
 from bot.slack.edits import EditScheduler
 from bot.slack.events import DENIAL, MessageRouter
 from bot.slack.metrics import Metrics
@@ -31,6 +33,7 @@ class Rig:
     router: MessageRouter
     metrics: Metrics
     edits: EditScheduler
+    core: Core
 
     async def send(self, event: dict[str, Any]) -> None:
         await self.router.handle(event_callback_body(event))
@@ -47,7 +50,7 @@ async def make_rig(slack: FakeSlack, fake: FakeAnthropic, core_factory: CoreFact
     edits = EditScheduler(client, min_interval_s=0.01)
     await edits.start()
     edge = SlackEdge(client, edits, team_id="T1")
-    core = await core_factory(output=edge, **settings)
+    core = await core_factory(output=edge, open_kwargs={"user_timezone": edge.user_timezone}, **settings)
     edge.attach(core.store)
     metrics = Metrics()
     router = MessageRouter(
@@ -59,7 +62,7 @@ async def make_rig(slack: FakeSlack, fake: FakeAnthropic, core_factory: CoreFact
         bot_user_id="UBOT",
         metrics=metrics,
     )
-    return Rig(slack, fake, router, metrics, edits)
+    return Rig(slack, fake, router, metrics, edits, core)
 
 
 RigFactory = Callable[..., Awaitable[Rig]]
@@ -162,3 +165,57 @@ async def test_a_refused_user_gets_one_polite_answer_per_thread(slack: FakeSlack
     assert [m.text for m in slack.posts_in_thread("C1", root["ts"])] == [DENIAL]
     assert rig.model.requests == []
     assert rig.metrics.counts["events_denied_total"] == 2
+
+
+async def test_a_long_thread_gives_its_newest_replies_as_context(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """conversations.replies pages from the root forward: the reader walks to the mention, keeping the newest."""
+    monkeypatch.setattr(history, "PAGE_SIZE", 3)
+    monkeypatch.setattr(history, "MAX_MESSAGES", 4)
+    slack = rig.slack
+    root = slack.user_message("C1", "the long story", user="U2")
+    for i in range(1, 13):
+        slack.user_message("C1", f"reply {i}", user="U3", thread_ts=root["ts"])
+    await rig.send(slack.mention("C1", "sum it up", thread_ts=root["ts"]))
+    await rig.wait_post("C1", root["ts"], "ok")
+    [first] = user_texts(rig.model.requests[0])
+    assert first.split("\n")[:6] == [
+        history.HEADER,
+        "<@U2>: the long story",
+        "[… 9 earlier replies not shown]",
+        "<@U3>: reply 10",
+        "<@U3>: reply 11",
+        "<@U3>: reply 12",
+    ]
+    assert len(slack.calls_to("conversations.replies")) == 5, "13 messages, 3 a page"
+
+    monkeypatch.setattr(history, "MAX_PAGES", 2)  # a thread too long to read to the end says so
+    other = slack.user_message("C2", "another story", user="U2")
+    for i in range(1, 13):
+        slack.user_message("C2", f"line {i}", user="U3", thread_ts=other["ts"])
+    await rig.send(slack.mention("C2", "and this one?", thread_ts=other["ts"]))
+    await rig.wait_post("C2", other["ts"], "ok")
+    context = user_texts(rig.model.requests[1])[0]
+    assert "<@U3>: line 5" in context and history.UNREAD in context and "line 6" not in context
+
+
+async def test_in_a_shared_thread_a_reminder_mentions_who_asked_for_it(rig: Rig) -> None:
+    slack = rig.slack
+    slack.users["U1"] = {"tz": "Europe/Paris"}
+    slack.users["U2"] = {"tz": "Asia/Tokyo"}
+    root = slack.mention("C1", "hello", user="U1")
+    await rig.send(root)
+    await rig.wait_post("C1", root["ts"], "ok")
+    rig.model.script(
+        Reply.tools(tool_use("schedule_reminder", {"text": "stretch", "in_seconds": 2})),
+        Reply.text_only("I will remind you."),
+    )
+    await rig.send(slack.user_message("C1", "remind me to stretch", user="U2", thread_ts=root["ts"]))
+    await rig.wait_post("C1", root["ts"], "I will remind you.")
+    await rig.send(slack.user_message("C1", "me too?", user="U1", thread_ts=root["ts"]))  # Alice speaks last
+    await rig.wait_post("C1", root["ts"], "⏰ stretch")
+    reminder = next(m for m in slack.posts_in_thread("C1", root["ts"]) if "⏰" in m.text)
+    assert reminder.text == "<@U2> ⏰ stretch", "Bob asked; Alice spoke last; Bob is reminded"
+    session = await rig.core.store.get_session(f"slack:T1:C1:{root['ts']}")
+    assert session is not None and (session.address["requester"], session.address["speaker"]) == ("U1", "U1")
+    stored = await rig.core.store.get_reminder(1)
+    assert stored is not None and (stored.requester, stored.zone) == ("U2", "Asia/Tokyo"), "Bob's, in Bob's zone"

@@ -168,6 +168,7 @@ async def test_a_heartbeat_says_nothing_when_all_is_well_and_opens_a_thread_othe
     for piece in ["The nightly", " build failed."]:
         rig.edge.text_delta(key, piece)
     rig.edge.text_done(key)
+    rig.edge.turn_finished(TurnOutcome(key, text="The nightly build failed."))
     rig.edge.notice(key, "one more thing")
     await rig.settle()
     top, follow_up = rig.slack.messages("C9")
@@ -177,6 +178,55 @@ async def test_a_heartbeat_says_nothing_when_all_is_well_and_opens_a_thread_othe
     record = await rig.store.get_session(key)
     assert record is not None and record.address["thread_ts"] == top.ts
     assert await rig.store.resolve(f"slack:T1:C9:{top.ts}") == key
+
+
+QUIET = {"edge": "slack", "channel": "C9", "thread_ts": None, "quiet_reply": "HEARTBEAT_OK"}
+
+
+async def quiet_turn(rig: Rig, key: str, calls: list[ToolCall], answer: str) -> None:
+    """A heartbeat turn that talks, runs a tool, warns, and ends on `answer`; the call is still running after."""
+    await rig.store.ensure_session(key, QUIET)
+    rig.edge.turn_started(key)
+    rig.edge.text_delta(key, "Checking the build.")
+    rig.edge.text_done(key)
+    rig.edge.calls_started(key, calls)
+    calls[0].transition(CallStatus.RUNNING)
+    rig.edge.call_changed(calls[0])
+    rig.edge.notice(key, "⚠️ slow network")
+    await rig.slack.wait_for(lambda: rig.edge.busy_sessions == 0, WAIT_S)
+    assert rig.slack.messages("C9") == [], "nothing shows while the turn may still end quietly"
+    rig.edge.text_delta(key, answer)
+    rig.edge.text_done(key)
+    rig.edge.turn_finished(TurnOutcome(key, text=answer))
+
+
+async def test_a_quiet_turn_that_ends_well_posts_nothing_at_all(rig: Rig) -> None:
+    call = ToolCall("toolu_hb", "heartbeat:q1", "t", "sleep_for", {"seconds": 60})
+    await quiet_turn(rig, "heartbeat:q1", [call], "HEARTBEAT_OK")
+    await rig.settle()
+    call.add_progress(ProgressKind.PARTIAL, {"message": "still sleeping"})
+    rig.edge.call_changed(call)
+    await rig.settle()
+    assert rig.slack.messages("C9") == []
+    assert rig.slack.calls_to("chat.postMessage") == [] and rig.slack.calls_to("chat.update") == []
+    assert rig.edge.board.open_messages() == 0, "the status message that was never posted is forgotten"
+
+
+async def test_a_quiet_turn_with_news_posts_everything_it_held_in_order(rig: Rig) -> None:
+    call = ToolCall("toolu_hb", "heartbeat:q2", "t", "sleep_for", {"seconds": 60})
+    await quiet_turn(rig, "heartbeat:q2", [call], "The nightly build failed.")
+    await rig.settle()
+    root, status, notice, answer = rig.slack.messages("C9")
+    assert (root.text, root.thread_ts) == ("Checking the build.", None)
+    assert all(m.thread_ts == root.ts for m in (status, notice, answer))
+    assert "⏳" in status.text and "Cancel" in str(status.blocks), "posted as the call is now, not as it began"
+    assert (notice.text, answer.text) == ("⚠️ slow network", "The nightly build failed.")
+    call.add_progress(ProgressKind.PARTIAL, {"message": "slept 30s of 60s"})
+    rig.edge.call_changed(call)
+    await rig.slack.wait_for(lambda: "slept 30s of 60s" in status.text, WAIT_S, "the status edited after release")
+    call.transition(CallStatus.COMPLETED)
+    rig.edge.call_changed(call)
+    await rig.slack.wait_for(lambda: "✅" in status.text, WAIT_S, "the final status")
 
 
 async def test_user_timezone_comes_from_users_info_once(rig: Rig) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from bot.calls.models import CallStatus, ProgressKind, ToolCall, utcnow
+from bot.calls.summary import call_label, icon, state_text
 from bot.slack.render import (
     CANCEL_ACTION,
     MAX_CALL_BLOCKS,
@@ -40,7 +41,7 @@ def test_log_progress_is_one_escaped_line() -> None:
     call = make_call(tool_name="run_command", input={"command": "make <all>"})
     call.add_progress(ProgressKind.LOG, "compiling a.c\n  & linking")
     line = call_line(call, now=call.started_at)
-    assert line == '⏳ `run_command(command="make &lt;all&gt;")` — running 0s · compiling a.c &amp; linking'
+    assert line == "⏳ `run_command(command=make &lt;all&gt;)` — running 0s · compiling a.c &amp; linking"
 
 
 def test_final_states() -> None:
@@ -58,11 +59,26 @@ def test_final_states() -> None:
     assert call_line(make_call(CallStatus.PENDING, started_at=None)).startswith("⏸️ `sleep_for(seconds=30)` — pending")
 
 
+def test_slack_and_the_console_share_one_wording() -> None:
+    """Slack's line is the plain summary with mentions, mrkdwn escaping and a code span; nothing of its own."""
+    for call in [
+        make_call(CallStatus.COMPLETED),
+        make_call(CallStatus.CANCELLED, cancelled_by="U123"),
+        make_call(CallStatus.FAILED, error="boom\nagain", timed_out=True),
+        make_call(CallStatus.ORPHANED),
+    ]:
+        plain = f"{icon(call)} `{call_label(call)}` — {state_text(call)}"
+        assert call_line(call) == plain.replace("by U123", "by <@U123>")
+    assert state_text(make_call(CallStatus.CANCELLED, cancelled_by="U123")) == "cancelled by U123"
+    assert state_text(make_call(CallStatus.FAILED, error="a < b")) == "failed: a < b", "plain text stays plain"
+    assert call_line(make_call(CallStatus.FAILED, error="timed out", timed_out=True)).startswith("⌛ ")
+
+
 def test_long_arguments_are_shortened_and_backticks_cannot_break_the_code_span() -> None:
     call = make_call(tool_name="wordcount", input={"text": "`tick` " + "long " * 100})
     line = call_line(call)
     signature = line.split("`")[1]
-    assert signature.startswith("wordcount(text=\"'tick' long")
+    assert signature.startswith("wordcount(text='tick' long")
     assert signature.endswith("…)") and len(signature) < 120
 
 

@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from bot.slack import reply
 from bot.slack.split import MESSAGE_LIMIT, close_open_fence, is_fence, open_fence, split_text
 
 
@@ -111,3 +112,30 @@ def test_fence_helpers() -> None:
 def test_tiny_limits_are_refused() -> None:
     with pytest.raises(ValueError):
         split_text("x" * 100, 10)
+
+
+def test_a_streamed_answer_is_split_again_only_when_it_crosses_into_a_new_part(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Splitting the whole text on every delta made a long answer quadratic; the kept split must still be exact."""
+    splits: list[int] = []
+
+    def counting_split(text: str) -> list[str]:
+        splits.append(len(text))
+        return split_text(text)
+
+    monkeypatch.setattr(reply, "split_text", counting_split)
+    stream = reply.ReplyStream(post=None, edit=lambda *args: None, enqueue=lambda operation: None)  # type: ignore[arg-type]
+    code = "```sql\n" + "\n".join(f"SELECT {i} FROM t;" for i in range(400)) + "\n```\n\n"
+    text = paragraphs(150, 120, seed=3) + "\n\n" + code + paragraphs(40, 80, seed=4)
+    rng = random.Random(5)
+    position = 0
+    while position < len(text):
+        step = rng.randint(1, 40)
+        stream.add(text[position : position + step])
+        position += step
+        if rng.random() < 0.02:
+            assert stream._chunks == split_text(stream.text)
+    assert stream._chunks == split_text(text)
+    assert len(text) > 60_000 and len(stream._chunks) > 15
+    assert len(splits) <= 3 * len(stream._chunks), f"{len(splits)} splits for {len(stream._chunks)} parts"

@@ -1,50 +1,100 @@
-"""Plain-text one-liners about a call, shared by every edge that shows calls to people."""
+"""How a call is shown to people, in plain text: its icon, its label, its state. One wording for every edge.
+
+The console and Slack used to word calls each their own way and drifted apart; now
+both build on these functions. They stay edge-neutral: plain text, with two hooks an
+edge passes to fit its medium, `who` (how a user id reads: a Slack mention) and `text`
+(how free text from tools and errors is made safe: mrkdwn escaping).
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from datetime import datetime
 
-from bot.calls.models import CallStatus, ToolCall
+from bot.calls.models import CallStatus, ProgressKind, ToolCall, utcnow
 
 ARG_PREVIEW_CHARS = 40
+"""One argument's value, shortened: the label names the call, it does not reproduce its input."""
+ARGS_MAX_CHARS = 80
+DETAIL_MAX_CHARS = 200
+
+ICONS = {
+    CallStatus.PENDING: "⏸️",
+    CallStatus.RUNNING: "⏳",
+    CallStatus.COMPLETED: "✅",
+    CallStatus.FAILED: "❌",
+    CallStatus.CANCELLED: "🚫",
+    CallStatus.ORPHANED: "👻",
+}
+TIMED_OUT_ICON = "⌛"
+
+Show = Callable[[str], str]
+
+
+def _as_is(value: str) -> str:
+    return value
+
+
+def one_line(text: str, limit: int) -> str:
+    """Whitespace (newlines included) collapsed, cut with an ellipsis past `limit`: a status is one line."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def icon(call: ToolCall) -> str:
+    """A timeout is a failure, but one worth telling apart at a glance."""
+    return TIMED_OUT_ICON if call.timed_out else ICONS[call.status]
 
 
 def call_label(call: ToolCall) -> str:
-    """`sleep_for(seconds=30)`: the call as a person would write it, long arguments shortened."""
+    """`sleep_for(seconds=30)`: the call as a person would write it (strings unquoted), short enough for one line."""
     parts = []
     for name, value in call.input.items():
         shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        if len(shown) > ARG_PREVIEW_CHARS:
-            shown = shown[: ARG_PREVIEW_CHARS - 1] + "…"
-        parts.append(f"{name}={shown}")
-    return f"{call.tool_name}({', '.join(parts)})"
+        parts.append(f"{name}={one_line(shown, ARG_PREVIEW_CHARS)}")
+    return f"{call.tool_name}({one_line(', '.join(parts), ARGS_MAX_CHARS)})"
 
 
 def latest_progress(call: ToolCall) -> str | None:
-    """The newest progress entry as text: a payload's `message` if it has one, else the payload itself."""
+    """The newest progress worth showing: a payload's `message`, a log line, or compact JSON; one line."""
     for entry in reversed(call.progress):
-        if entry.kind.value == "started":
+        if entry.kind is ProgressKind.STARTED:
             continue
         payload = entry.payload
-        if isinstance(payload, dict):
-            return str(payload.get("message") or json.dumps(payload, ensure_ascii=False))
-        return str(payload)
+        if isinstance(payload, dict) and isinstance(payload.get("message"), str):
+            text = payload["message"]
+        elif isinstance(payload, str):
+            text = payload
+        else:
+            text = json.dumps(payload, ensure_ascii=False)
+        return one_line(text, DETAIL_MAX_CHARS) or None
     return None
 
 
-def state_text(call: ToolCall) -> str:
-    """`running 12s · slept 12s of 30s`, `done in 30.0s`, `failed: …` and so on, without icons."""
-    elapsed = call.elapsed_s
-    if call.status is CallStatus.PENDING:
-        return "waiting for a free slot"
-    if call.status is CallStatus.RUNNING:
-        progress = latest_progress(call)
-        running = f"running {elapsed:.0f}s" if elapsed is not None else "running"
-        return f"{running} · {progress}" if progress else running
-    if call.status is CallStatus.COMPLETED:
-        return f"done in {elapsed:.1f}s" if elapsed is not None else "done"
-    if call.status is CallStatus.CANCELLED:
-        return f"cancelled by {call.cancelled_by}" if call.cancelled_by else "cancelled"
-    if call.status is CallStatus.ORPHANED:
-        return "orphaned"
-    return "timed out" if call.timed_out else f"failed: {call.error}"
+def _took(word: str, seconds: float | None) -> str:
+    return f" {word} {seconds:.1f}s" if seconds is not None else ""
+
+
+def state_text(call: ToolCall, *, now: datetime | None = None, who: Show = _as_is, text: Show = _as_is) -> str:
+    """`running 12s · slept 12s of 30s`, `done in 30.0s`, `cancelled by U1`…, without the icon.
+
+    A running call's time is counted to `now` (default: the real now), so a redrawn status ticks.
+    """
+    status = call.status
+    if status is CallStatus.PENDING:
+        return "pending (waiting for a free slot)"
+    if status is CallStatus.RUNNING:
+        started = call.started_at or call.created_at
+        running = f"running {max(0.0, ((now or utcnow()) - started).total_seconds()):.0f}s"
+        detail = latest_progress(call)
+        return f"{running} · {text(detail)}" if detail else running
+    if status is CallStatus.COMPLETED:
+        return f"done{_took('in', call.elapsed_s)}"
+    if status is CallStatus.CANCELLED:
+        return f"cancelled by {who(call.cancelled_by)}" if call.cancelled_by else "cancelled"
+    if status is CallStatus.ORPHANED:
+        return "orphaned (the bot restarted while it ran)"
+    if call.timed_out:
+        return f"timed out{_took('after', call.elapsed_s)}"
+    return f"failed: {text(one_line(call.error or 'unknown error', DETAIL_MAX_CHARS))}"

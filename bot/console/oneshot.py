@@ -51,7 +51,7 @@ class CollectingOutput:
     def notice(self, session_key: str, text: str) -> None:
         self.notices.append(text)
 
-    def reminder(self, session_key: str, text: str) -> None:
+    def reminder(self, session_key: str, text: str, requester: str | None = None) -> None:
         self.notices.append(f"reminder: {text}")
 
     def turn_finished(self, outcome: TurnOutcome) -> None:

@@ -5,10 +5,8 @@ from __future__ import annotations
 from typing import TextIO
 
 from bot.calls.models import CallStatus, ToolCall
-from bot.calls.summary import call_label, state_text
+from bot.calls.summary import call_label, icon, state_text
 from bot.types import TurnOutcome
-
-ICONS = {"pending": "⏸", "running": "⏳", "completed": "✅", "failed": "❌", "cancelled": "🚫", "orphaned": "👻"}
 
 
 class ConsoleOutput:
@@ -50,12 +48,12 @@ class ConsoleOutput:
             self._redraw_status(call)
         elif call.status is not CallStatus.PENDING and self._last_state.get(call.id) != call.status.value:
             self._last_state[call.id] = call.status.value
-            self._line(f"{ICONS[call.status.value]} {call_label(call)} — {state_text(call)}")
+            self._line(f"{icon(call)} {call_label(call)} — {state_text(call)}")
 
     def notice(self, session_key: str, text: str) -> None:
         self._line(text)
 
-    def reminder(self, session_key: str, text: str) -> None:
+    def reminder(self, session_key: str, text: str, requester: str | None = None) -> None:
         self._line(f"⏰ {text}")
 
     def turn_finished(self, outcome: TurnOutcome) -> None:
@@ -65,11 +63,9 @@ class ConsoleOutput:
     def _redraw_status(self, changed: ToolCall) -> None:
         self._clear_status()
         if changed.is_final:
-            self._line(f"{ICONS[changed.status.value]} {call_label(changed)} — {state_text(changed)}")
+            self._line(f"{icon(changed)} {call_label(changed)} — {state_text(changed)}")
         if self._open:
-            summary = " | ".join(
-                f"{ICONS[c.status.value]} {call_label(c)} {state_text(c)}" for c in self._open.values()
-            )
+            summary = " | ".join(f"{icon(c)} {call_label(c)} {state_text(c)}" for c in self._open.values())
             self._write(f"\r\033[K{summary[:200]}")
             self._status_shown = True
 

@@ -112,7 +112,7 @@ class Firer:
             if self._waker.submit(key, wake_note(reminder.text) + report.verdict.marker) is Delivery.REFUSED:
                 log.error("wait %d of %s came due while the engine was shutting down", reminder.id, key)
         else:
-            self._output.reminder(key, reminder.text + report.verdict.marker)
+            self._output.reminder(key, reminder.text + report.verdict.marker, reminder.requester)
 
     async def _claim_cron(self, reminder: Reminder, started: datetime) -> Claim:
         assert reminder.cron is not None

@@ -128,7 +128,7 @@ class Scheduler:
     ) -> Reminder:
         """Store a wait or reminder for the person who asked in this session, and schedule it."""
         session = await self._store.get_session(session_key)
-        requester = session.address.get("requester") if session is not None else None
+        requester = session.address.get("speaker") or session.address.get("requester") if session else None
         item = NewReminder(session_key, kind, text, due_at, requester=requester, cron=cron, zone=zone)
         reminder = await self._store.add_reminder(item)
         self._schedule(reminder.id, reminder.due_at)

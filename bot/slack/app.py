@@ -37,11 +37,15 @@ RATE_LIMIT_RETRIES = 3
 SERVER_ERROR_RETRIES = 2
 
 
-def build_client(settings: Settings, session: aiohttp.ClientSession | None = None) -> AsyncWebClient:
-    """The one Web API client, pointed at `SLACK_API_URL`, retrying 429s (per Retry-After) and 5xx itself.
+def build_client(
+    settings: Settings, session: aiohttp.ClientSession | None = None, *, retry_rate_limits: bool = True
+) -> AsyncWebClient:
+    """A Web API client pointed at `SLACK_API_URL`, retrying 429s (per Retry-After) and 5xx itself.
 
     Pass a `session` (made inside the running loop): without one, slack_sdk opens a new aiohttp session,
     and a new connection, for every call, which under load costs more than the calls themselves.
+    `retry_rate_limits=False` is for the `EditScheduler`: it must see every 429 itself, to pause all edits,
+    instead of having one slept out inside a call while its single worker, and every edit, waits blindly.
     """
     if settings.slack_bot_token is None:
         raise ConfigError("SLACK_BOT_TOKEN: required for run (the bot token, xoxb-…)")
@@ -52,7 +56,8 @@ def build_client(settings: Settings, session: aiohttp.ClientSession | None = Non
         timeout=REQUEST_TIMEOUT_S,
         session=session,
     )
-    client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=RATE_LIMIT_RETRIES))
+    if retry_rate_limits:
+        client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=RATE_LIMIT_RETRIES))
     client.retry_handlers.append(AsyncServerErrorRetryHandler(max_retry_count=SERVER_ERROR_RETRIES))
     return client
 
@@ -67,13 +72,13 @@ class Identity:
 
 
 async def identify(client: AsyncWebClient) -> Identity:
-    """`auth.test`, turned into one clear line when the token is wrong."""
+    """`auth.test`, turned into one clear line when the token is wrong or Slack cannot be reached."""
     try:
         response = await client.auth_test()
     except SlackApiError as exc:
         raise ConfigError(f"SLACK_BOT_TOKEN: Slack refused it ({exc.response.get('error')})") from None
-    except OSError as exc:
-        raise ThreadbotError(f"cannot reach Slack at {client.base_url}: {exc}") from exc
+    except (aiohttp.ClientError, OSError) as exc:  # OSError covers TimeoutError and refused connections
+        raise ThreadbotError(f"cannot reach Slack at {client.base_url}: {str(exc) or type(exc).__name__}") from exc
     return Identity(str(response["team_id"]), str(response["user_id"]), response.get("bot_id"))
 
 

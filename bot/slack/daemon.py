@@ -44,14 +44,17 @@ EDITS_FLUSH_S = 10.0
 async def serve(settings: Settings, *, port: int) -> None:
     """Run the daemon until SIGTERM/SIGINT: Socket Mode with `SLACK_APP_TOKEN`, else HTTP on `port`."""
     app_token = settings.slack_app_token.get_secret_value() if settings.slack_app_token else None
+    if settings.slack_bot_token is None:
+        raise ConfigError("SLACK_BOT_TOKEN: required for run (the bot token, xoxb-…)")
     if app_token is None and settings.slack_signing_secret is None:
         raise ConfigError("SLACK_SIGNING_SECRET: required in HTTP mode (or set SLACK_APP_TOKEN for Socket Mode)")
     async with aiohttp.ClientSession() as session:
         client = build_client(settings, session)
         me = await identify(client)
+        edits = EditScheduler(build_client(settings, session, retry_rate_limits=False))
         signals = _Signals(asyncio.get_running_loop())
         try:
-            await _run(settings, client, me, app_token, port, signals.stopping)
+            await _run(settings, client, edits, me, app_token, port, signals.stopping)
         except asyncio.CancelledError:
             if not signals.forced:
                 raise
@@ -63,14 +66,16 @@ async def serve(settings: Settings, *, port: int) -> None:
 async def _run(
     settings: Settings,
     client: AsyncWebClient,
+    edits: EditScheduler,
     me: Identity,
     app_token: str | None,
     port: int,
     stopping: asyncio.Event,
 ) -> None:
+    """`edits` has a client of its own, on the same connection pool, without the 429 retries (see `build_client`);
+    every other Slack call goes through `client`."""
     metrics = Metrics()
     async with contextlib.AsyncExitStack() as stack:
-        edits = EditScheduler(client)
         await edits.start()
         stack.push_async_callback(edits.close, EDITS_FLUSH_S)
         edge = SlackEdge(client, edits, team_id=me.team_id, metrics=metrics)

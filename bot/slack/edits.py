@@ -6,8 +6,10 @@ message are spaced, a token bucket keeps the whole process under the rate, a 429
 ``Retry-After``, and a final state is retried until it lands or Slack says the message is gone.
 
 One call is in flight at a time, on purpose: the budget (about one a second) is far below what latency allows,
-edits of one message can never overtake each other, and while slack_sdk's ``AsyncRateLimitErrorRetryHandler``
-sleeps out a 429 inside a call, every other edit waits too, which is what Slack asks for.
+and edits of one message can never overtake each other. The client given here should not have slack_sdk's
+``AsyncRateLimitErrorRetryHandler`` (the daemon's has not): that handler would sleep out a 429 inside the call,
+blocking the one worker blind, and only hand over the 429s it gave up on; here every 429 pauses every edit for
+its ``Retry-After``, drains the bucket, and the state that got it goes back in line with its priority.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ class EditStats:
 
     sent: int = 0  # chat.update calls that landed
     coalesced: int = 0  # unsent states replaced by a newer state of the same message
-    rate_limited: int = 0  # 429s that reached us (the SDK's retry handler may absorb some first)
+    rate_limited: int = 0  # 429s that reached us (all of them, with a client without the SDK's 429 retries)
     retried: int = 0  # failed attempts queued again (429, 5xx, network, rejected finals)
     dropped_nonfinal: int = 0  # non-final states given up: rejected, after the message's final, or at close()
     gone: int = 0  # states given up because the message can no longer be edited (final or not)

@@ -6,6 +6,10 @@ engine in the order they were written. Deduplication is recorded in the store
 before anything is dispatched: by `event_id` (Slack's redeliveries) and by
 (channel, ts) (the `message` + `app_mention` twins of one mention), so neither can
 start a second turn, not even across a restart.
+
+Every message handed to the engine records its author as the session's `speaker`
+before the engine sees it: in a shared thread the person asking now is not always
+whoever started the thread, and a reminder or a time zone is theirs.
 """
 
 from __future__ import annotations
@@ -79,7 +83,10 @@ class MessageRouter:
             await self._stop(session_key, incoming)
             return
         text = incoming.prompt()
-        if session_key is None:
+        if session_key is not None:
+            await self._store.update_address(session_key, {"speaker": incoming.user})
+            self._edge.remember_speaker(session_key, incoming.user)
+        else:
             session_key = await self._open_session(incoming)
             if incoming.in_thread:
                 context = await thread_context(
@@ -106,6 +113,7 @@ class MessageRouter:
             "channel": incoming.channel,
             "thread_ts": incoming.thread_ts,
             "requester": incoming.user,
+            "speaker": incoming.user,
         }
         record = await self._store.ensure_session(incoming.key, address)
         self._edge.remember_address(record.key, record.address)

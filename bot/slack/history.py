@@ -3,11 +3,18 @@
 The model should know what the thread was about, but a thread can be long, so the
 context is bounded: the root message, then the newest replies before the mention,
 up to `MAX_MESSAGES` of them and `MAX_CHARS` characters, oldest first.
+
+`conversations.replies` only pages forward, from the root, so the newest replies
+are the last ones read: the reader walks the pages up to the mention, keeping only
+the root and the newest `MAX_MESSAGES` replies in memory. The walk stops after
+`MAX_PAGES` pages (a few thousand replies) so one mention costs a bounded number of
+calls; past that the context says that later replies were not read.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import deque
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -20,9 +27,11 @@ log = logging.getLogger(__name__)
 MAX_MESSAGES = 50
 MAX_CHARS = 20_000
 PAGE_SIZE = 200
-MAX_PAGES = 5
+"""Slack recommends no more than 200 items a page."""
+MAX_PAGES = 10
 HEADER = "[Earlier messages in this Slack thread, for context]"
 FOOTER = "[The message addressed to you]"
+UNREAD = "[… later replies not read: the thread is too long]"
 
 
 def _speaker(message: dict[str, Any], bot_user_id: str) -> str:
@@ -40,9 +49,15 @@ def format_context(
     before_ts: str,
     max_messages: int = MAX_MESSAGES,
     max_chars: int = MAX_CHARS,
+    skipped: int = 0,
+    unread: bool = False,
 ) -> str | None:
-    """One block of text quoting the thread before `before_ts`; None when there is nothing before it."""
-    earlier = [m for m in messages if float(m.get("ts", 0)) < float(before_ts) and (m.get("text") or "").strip()]
+    """One block of text quoting the thread before `before_ts`; None when there is nothing before it.
+
+    `messages` is the root then replies, oldest first; `skipped` counts earlier replies the reader already
+    left out, `unread` says it stopped before reaching `before_ts`.
+    """
+    earlier = [m for m in messages if _said_before(m, before_ts)]
     if not earlier:
         return None
     root, replies = earlier[0], earlier[1:]
@@ -54,33 +69,48 @@ def format_context(
             break
         lines.append(line)
         budget -= len(line) + 1
-    skipped = len(replies) - len(lines)
+    skipped += len(replies) - len(lines)
     root_line = f"{_speaker(root, bot_user_id)}: {strip_mention(root['text'], bot_user_id)}"[: max(budget, 200)]
     quoted = [root_line, *([f"[… {skipped} earlier replies not shown]"] if skipped else []), *reversed(lines)]
-    return "\n".join([HEADER, *quoted])
+    return "\n".join([HEADER, *quoted, *([UNREAD] if unread else [])])
 
 
 async def thread_context(
     client: AsyncWebClient, *, channel: str, thread_ts: str, before_ts: str, bot_user_id: str
 ) -> str | None:
-    """Fetch the thread up to the mention (pages come oldest first, so read a few) and format it."""
-    messages: list[dict[str, Any]] = []
-    cursor: str | None = None
+    """Read the thread up to the mention (see the module doc) and format it; None when there is nothing."""
+    root: dict[str, Any] | None = None
+    newest: deque[dict[str, Any]] = deque(maxlen=MAX_MESSAGES - 1)
+    read = pages = 0
+    unread = False
     try:
-        for _ in range(MAX_PAGES):
-            response = await client.conversations_replies(
-                channel=channel, ts=thread_ts, latest=before_ts, inclusive=False, limit=PAGE_SIZE, cursor=cursor
-            )
-            page = list(response.get("messages") or [])
-            messages += page if not messages else [m for m in page if m.get("ts") != thread_ts]
-            cursor = (response.get("response_metadata") or {}).get("next_cursor")
-            if not cursor:
+        first = await client.conversations_replies(
+            channel=channel, ts=thread_ts, latest=before_ts, inclusive=False, limit=PAGE_SIZE
+        )
+        async for page in first:  # slack_sdk follows `next_cursor` itself
+            for message in page.get("messages") or []:
+                if message.get("ts") == thread_ts:
+                    root = root or message  # the parent heads every page
+                elif _said_before(message, before_ts):
+                    newest.append(message)
+                    read += 1
+            pages += 1
+            if pages >= MAX_PAGES:
+                unread = bool((page.get("response_metadata") or {}).get("next_cursor"))
                 break
     except SlackApiError as exc:
         log.warning("conversations.replies %s/%s failed: %s", channel, thread_ts, exc.response.get("error"))
-        if not messages:
-            return None
-    return format_context(messages, bot_user_id=bot_user_id, before_ts=before_ts)
+        unread = True  # whatever came after the pages already read
+    if root is None:
+        return None
+    return format_context(
+        [root, *newest], bot_user_id=bot_user_id, before_ts=before_ts, skipped=read - len(newest), unread=unread
+    )
+
+
+def _said_before(message: dict[str, Any], before_ts: str) -> bool:
+    """Words said before the mention (file-only and empty messages carry nothing to quote)."""
+    return float(message.get("ts", 0)) < float(before_ts) and bool((message.get("text") or "").strip())
 
 
 def with_context(context: str | None, text: str) -> str:

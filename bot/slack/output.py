@@ -9,6 +9,10 @@ message started which turn.
 Heartbeat sessions have no thread until they say something: their address has
 `thread_ts: None`, so the first post goes top-level in the channel, opens the
 thread, and is recorded in the store (address and alias) so replies reach the session.
+Such a quiet session (its address names a `quiet_reply`) must not open a thread just
+to say that all is well, so while it has no thread each turn's operations (status
+messages, notices, earlier text) are held in order until the turn ends: dropped if
+its answer is the quiet word, else run then, root first.
 """
 
 from __future__ import annotations
@@ -50,8 +54,9 @@ class Address:
     team: str
     channel: str
     thread_ts: str | None
-    requester: str | None
+    requester: str | None  # who started the session: with the turn's requester, who may cancel
     quiet_reply: str | None
+    speaker: str | None = None  # who wrote the latest message handed to the engine: who is asking now
     thinking: bool = False
 
     @classmethod
@@ -65,6 +70,7 @@ class Address:
             thread_ts=data.get("thread_ts"),
             requester=data.get("requester"),
             quiet_reply=data.get("quiet_reply"),
+            speaker=data.get("speaker"),
         )
 
 
@@ -73,6 +79,7 @@ class _Session:
     address: Address | None = None
     reply: ReplyStream | None = None
     turn_requester: str | None = None
+    held: list[Operation] | None = None  # a quiet turn's operations, until it is known whether it says anything
 
 
 class SlackEdge:
@@ -110,6 +117,12 @@ class SlackEdge:
         session = self._session(key)
         session.address = session.address or Address.parse(address, self._team_id)
 
+    def remember_speaker(self, key: str, user: str) -> None:
+        """The speaker the events side just stored, so a cached address does not go stale."""
+        address = self._session(key).address
+        if address is not None:
+            address.speaker = user
+
     def note_request(self, key: str, channel: str, ts: str, user: str) -> None:
         """The user message that started the session's current turn (a cancel reaction on it stops the turn)."""
         self._session(key).turn_requester = user
@@ -128,9 +141,11 @@ class SlackEdge:
         return {user for user in (session.turn_requester, address.requester if address else None) if user}
 
     async def user_timezone(self, key: str) -> str | None:
-        """The requester's time zone from users.info (cached per user); None when unknown."""
-        address = await self._address(key)
-        user = address.requester if address else None
+        """The asking person's time zone from users.info (cached per user); None when unknown.
+
+        The asking person is the latest speaker (in a shared thread, not necessarily whoever started it).
+        """
+        user = await self._asker(key)
         if not user:
             return None
         if user not in self._timezones:
@@ -146,6 +161,7 @@ class SlackEdge:
     # -- EngineOutput -----------------------------------------------------------------------
 
     def turn_started(self, session_key: str) -> None:
+        self._put(session_key, lambda: self._hold_if_quiet(session_key), holdable=False)
         self._put(session_key, lambda: self._set_thinking(session_key, True))
 
     def text_delta(self, session_key: str, delta: str) -> None:
@@ -167,12 +183,16 @@ class SlackEdge:
     def notice(self, session_key: str, text: str) -> None:
         self._put(session_key, lambda: self._post_line(session_key, text))
 
-    def reminder(self, session_key: str, text: str) -> None:
-        async def post() -> None:
-            address = await self._address(session_key)
-            await self.post(session_key, reminder_text(text, address.requester if address else None))
+    def reminder(self, session_key: str, text: str, requester: str | None = None) -> None:
+        """Mentions whoever asked for it (else the session's latest speaker, for rows stored without one).
 
-        self._put(session_key, post)
+        Not held with a quiet turn: a reminder is due now, whatever that turn ends up saying.
+        """
+
+        async def post() -> None:
+            await self.post(session_key, reminder_text(text, requester or await self._asker(session_key)))
+
+        self._put(session_key, post, holdable=False)
 
     def turn_finished(self, outcome: TurnOutcome) -> None:
         key = outcome.session_key
@@ -180,6 +200,7 @@ class SlackEdge:
         if outcome.cancelled_by:
             self.notice(key, f"🛑 Stopped by {who(outcome.cancelled_by)}.")
         self._put(key, lambda: self._set_thinking(key, False))
+        self._put(key, lambda: self._release(key, outcome.text), holdable=False)
 
     # -- posting ----------------------------------------------------------------------------
 
@@ -242,11 +263,51 @@ class SlackEdge:
     def _trim(self) -> None:
         """Forget the least recently used sessions beyond the cap, unless an answer is streaming there."""
         for key in list(self._sessions)[: max(0, len(self._sessions) - REMEMBER_SESSIONS)]:
-            if self._sessions[key].reply is None:
+            session = self._sessions[key]
+            if session.reply is None and session.held is None:
                 del self._sessions[key]
 
-    def _put(self, key: str, operation: Operation) -> None:
-        self._queues.put(key, operation)
+    def _put(self, key: str, operation: Operation, *, holdable: bool = True) -> None:
+        """Queue `operation` behind the session's others; when its turn comes during a held quiet turn,
+        it is set aside (in order) instead of run."""
+        if not holdable:
+            self._queues.put(key, operation)
+            return
+
+        async def run() -> None:
+            held = self._session(key).held
+            if held is None:
+                await operation()
+            else:
+                held.append(operation)
+
+        self._queues.put(key, run)
+
+    async def _hold_if_quiet(self, key: str) -> None:
+        """Runs first in a turn's queue, so it can wait for the address and still precede the turn's posts."""
+        address = await self._address(key)
+        if address is not None and address.quiet_reply and address.thread_ts is None:
+            self._session(key).held = []
+
+    async def _release(self, key: str, answer: str) -> None:
+        """A held quiet turn is over: nothing at all if it ended on the quiet word, else everything, in order."""
+        session = self._session(key)
+        held, session.held = session.held, None
+        if held is None:
+            return
+        if session.address is not None and answer.strip() == session.address.quiet_reply:
+            self.board.abandon(key)
+            return
+        for operation in held:
+            try:
+                await operation()
+            except Exception:
+                log.exception("a held Slack operation for %s failed", key)
+
+    async def _asker(self, key: str) -> str | None:
+        """Who is asking in the session now: its latest speaker, else whoever started it."""
+        address = await self._address(key)
+        return (address.speaker or address.requester) if address else None
 
     def _reply(self, key: str) -> ReplyStream:
         session = self._session(key)

@@ -1,27 +1,35 @@
 """What the Slack edge shows, as pure functions: tool-call status lines, Block Kit, answer messages.
 
-Nothing here does I/O or keeps state, so every message the bot can post is built
-(and unit-tested) from a value. Answers go out in Slack's `markdown` block, which
-renders the model's Markdown itself: no home-made Markdown→mrkdwn regexes.
+How a call is worded is `bot.calls.summary`'s, shared with the console; this module
+only fits it to mrkdwn (mentions, escaping, code spans). Nothing here does I/O or
+keeps state, so every message the bot can post is built (and unit-tested) from a
+value. Answers go out in Slack's `markdown` block, which renders the model's
+Markdown itself: no home-made Markdown→mrkdwn regexes.
 """
 
 from __future__ import annotations
 
-import json
 import re
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
-from bot.calls.models import CallStatus, ProgressKind, ToolCall, utcnow
+from bot.calls.models import ToolCall
+from bot.calls.summary import call_label, icon, state_text
 from bot.slack.split import close_open_fence
 
 Block = dict[str, Any]
 
+# How what is built here reaches Slack: the edge passes these to the status board and the reply stream,
+# which so never touch the client themselves.
+Post = Callable[[str, list[Block]], Awaitable[tuple[str, str] | None]]
+"""Posts (text, blocks) in the session's thread; returns the new message's (channel, ts), None on failure."""
+Edit = Callable[[str, str, str, list[Block], bool], None]
+"""Asks for an edit of (channel, ts, text, blocks, final)."""
+
 CANCEL_ACTION = "cancel_call"
 MAX_CALL_BLOCKS = 49
 """A message holds 50 blocks; one is kept for the "and N more" line."""
-ARGS_MAX_CHARS = 80
-DETAIL_MAX_CHARS = 200
 SECTION_MAX_CHARS = 3_000
 
 _USER_ID = re.compile(r"[UW][A-Z0-9]+")
@@ -39,72 +47,13 @@ def who(by: str | None) -> str:
     return f"<@{by}>" if _USER_ID.fullmatch(by) else escape(by)
 
 
-def _one_line(text: str, limit: int) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
-def call_signature(call: ToolCall) -> str:
-    """`sleep_for(seconds=30)`: the tool and its arguments, short enough for one line."""
-    parts = [f"{key}={json.dumps(value, ensure_ascii=False)}" for key, value in call.input.items()]
-    args = _one_line(", ".join(parts), ARGS_MAX_CHARS)
-    return f"{call.tool_name}({args})".replace("`", "'")
-
-
-def progress_detail(call: ToolCall) -> str | None:
-    """The newest progress worth showing: a payload's `message`, a log line, or compact JSON."""
-    for entry in reversed(call.progress):
-        if entry.kind is ProgressKind.STARTED:
-            continue
-        payload = entry.payload
-        if isinstance(payload, dict) and isinstance(payload.get("message"), str):
-            text = payload["message"]
-        elif isinstance(payload, str):
-            text = payload
-        else:
-            text = json.dumps(payload, ensure_ascii=False)
-        return _one_line(text, DETAIL_MAX_CHARS) or None
-    return None
-
-
-def _seconds(value: float | None) -> str:
-    return f"{value:.1f}s" if value is not None else "?"
-
-
-def call_state(call: ToolCall, now: datetime | None = None) -> str:
-    """The part after the dash: `running 12s · slept 12s of 30s`, `done in 30.0s`, `cancelled by <@U1>`…"""
-    status = call.status
-    if status is CallStatus.PENDING:
-        return "pending (waiting for a free slot)"
-    if status is CallStatus.RUNNING:
-        started = call.started_at or call.created_at
-        running = f"running {max(0.0, ((now or utcnow()) - started).total_seconds()):.0f}s"
-        detail = progress_detail(call)
-        return f"{running} · {escape(detail)}" if detail else running
-    if status is CallStatus.COMPLETED:
-        return f"done in {_seconds(call.elapsed_s)}"
-    if status is CallStatus.CANCELLED:
-        return f"cancelled by {who(call.cancelled_by)}" if call.cancelled_by else "cancelled"
-    if status is CallStatus.ORPHANED:
-        return "orphaned (the bot restarted while it ran)"
-    if call.timed_out:
-        return f"timed out after {_seconds(call.elapsed_s)}"
-    return f"failed: {escape(_one_line(call.error or 'unknown error', DETAIL_MAX_CHARS))}"
-
-
-_ICONS = {
-    CallStatus.PENDING: "⏸️",
-    CallStatus.RUNNING: "⏳",
-    CallStatus.COMPLETED: "✅",
-    CallStatus.CANCELLED: "🚫",
-    CallStatus.ORPHANED: "👻",
-}
-
-
 def call_line(call: ToolCall, now: datetime | None = None) -> str:
-    """One call as a line of mrkdwn: icon, signature, state."""
-    icon = "⌛" if call.timed_out else _ICONS.get(call.status, "❌")
-    return f"{icon} `{escape(call_signature(call))}` — {call_state(call, now)}"
+    """One call as a line of mrkdwn: the shared wording, with mentions, escaping, and the label as code.
+
+    A backtick inside the label would end the code span early, so it becomes a quote.
+    """
+    label = escape(call_label(call).replace("`", "'"))
+    return f"{icon(call)} `{label}` — {state_text(call, now=now, who=who, text=escape)}"
 
 
 def status_message(calls: list[ToolCall], now: datetime | None = None) -> tuple[str, list[Block]]:

@@ -8,6 +8,11 @@ A chunk that is no longer the last one can never change again (the split is stab
 under appending), so it is sent as a final edit; the last chunk becomes final when
 the answer is done.
 
+The same stability makes the split cheap to keep: while the last chunk plus a delta
+still fits in a message, the split of the longer text is the old one with the delta
+appended to its last chunk, so the text is only split again when it crosses into a
+new part, not on every delta (which made a long answer quadratic).
+
 The first post waits up to `first_post_wait_s` for the answer to finish: every
 `chat.update` spends a workspace-wide budget of about 50 a minute, and most answers
 take under a second to stream, so they land whole in one post and need no edit at
@@ -28,17 +33,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from bot.slack.render import Block, answer_message
-from bot.slack.split import split_text
+from bot.slack.render import Edit, Post, answer_message
+from bot.slack.split import MESSAGE_LIMIT, split_text
 
 log = logging.getLogger(__name__)
 
 FIRST_POST_WAIT_S = 1.0
 
-Post = Callable[[str, list[Block]], Awaitable[tuple[str, str] | None]]
-"""Posts (text, blocks) in the session's thread; returns the new message's (channel, ts), None on failure."""
-Edit = Callable[[str, str, str, list[Block], bool], None]
-"""Asks for an edit of (channel, ts, text, blocks, final)."""
 Enqueue = Callable[[Callable[[], Awaitable[None]]], None]
 """Queues an operation behind the session's other Slack operations."""
 
@@ -61,12 +62,19 @@ class ReplyStream:
     text: str = ""
     done: bool = False
     parts: list[_Part] = field(default_factory=list)
+    _chunks: list[str] = field(default_factory=list)  # split_text(self.text), kept up to date by add()
+    _spoken: bool = False  # anything but whitespace yet
     _finished: asyncio.Event = field(default_factory=asyncio.Event)
     _flush_queued: bool = False
     _broken: bool = False
 
     def add(self, delta: str) -> None:
         self.text += delta
+        self._spoken = self._spoken or bool(delta.strip())
+        if self._chunks and len(self._chunks[-1]) + len(delta) <= MESSAGE_LIMIT:
+            self._chunks[-1] += delta
+        else:
+            self._chunks = split_text(self.text)
         self._sync()
 
     def finish(self) -> None:
@@ -83,9 +91,9 @@ class ReplyStream:
 
     def _sync(self) -> None:
         """Edit the parts that exist; queue one flush for the parts that do not exist yet."""
-        if self._broken or not self.text.strip() or self._held_back():
+        if self._broken or not self._spoken or self._held_back():
             return
-        chunks = split_text(self.text)
+        chunks = self._chunks
         for index, chunk in enumerate(chunks):
             sealed = self.done or index < len(chunks) - 1
             if index >= len(self.parts):
@@ -102,12 +110,12 @@ class ReplyStream:
 
     async def _flush(self) -> None:
         """Post the missing parts in order, with the text as it is now; then catch up with edits."""
-        if not self.parts and not self.done and len(split_text(self.text)) == 1:
+        if not self.parts and not self.done and len(self._chunks) == 1:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._finished.wait(), self.first_post_wait_s)
         try:
             while not self._held_back():
-                chunks = split_text(self.text)
+                chunks = self._chunks
                 index = len(self.parts)
                 if index >= len(chunks):
                     break

@@ -9,16 +9,10 @@ this message show?", which is what a cancel reaction on it needs.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from bot.calls.models import ToolCall
-from bot.slack.render import Block, status_message
-
-Post = Callable[[str, list[Block]], Awaitable[tuple[str, str] | None]]
-"""Posts (text, blocks) in the session's thread; returns the new message's (channel, ts), None on failure."""
-Edit = Callable[[str, str, str, list[Block], bool], None]
-"""Asks for an edit of (channel, ts, text, blocks, final)."""
+from bot.slack.render import Edit, Post, status_message
 
 REMEMBER_MESSAGES = 2_000
 """Finished status messages remembered for lookups (a late reaction on them is answered, not guessed)."""
@@ -95,6 +89,14 @@ class StatusBoard:
     def find(self, channel: str, ts: str) -> StatusMessage | None:
         """The status message posted at (channel, ts), if this process posted it."""
         return self._by_ts.get((channel, ts))
+
+    def abandon(self, session_key: str) -> None:
+        """Forget the session's messages that were never posted (a quiet turn that turned out to say nothing),
+        so their calls' later changes are not tracked for ever."""
+        unposted = {id(m): m for m in self._by_call.values() if m.session_key == session_key and m.posting}
+        for message in unposted.values():
+            message.posting, message.failed = False, True
+            self._forget(message)
 
     def open_messages(self) -> int:
         return len({id(message) for message in self._by_call.values()})
