@@ -65,6 +65,12 @@ class Tool:
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.run)
 
+    async def invoke(self, args: dict[str, JSON], ctx: ToolContext) -> JSON:
+        """Run it: an async tool in the caller's task, a sync one in a worker thread."""
+        if self.is_async:
+            return await self.run(args, ctx)
+        return await asyncio.to_thread(self.run, args, ctx)
+
     def spec(self) -> dict[str, JSON]:
         """The tool as the Messages API expects it in `tools`."""
         return {"name": self.name, "description": self.description, "input_schema": self.input_schema}

@@ -12,12 +12,13 @@ import contextlib
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import tzinfo
 from pathlib import Path
 
 from bot.calls.models import JSON, CallStatus, ProgressKind, ToolCall
+from bot.calls.slots import Slots
 from bot.calls.writer import CallWriter
 from bot.store import Store
 from bot.types import CallListener
@@ -55,15 +56,12 @@ class CallRegistry:
         self._zone = zone
         self._writer = CallWriter(store)
         self._work_dir = work_dir
-        self._global_slots = asyncio.Semaphore(max_concurrent)
-        self._max_per_session = max_per_session
-        self._session_slots: dict[str, asyncio.Semaphore] = {}
+        self._slots = Slots(max_concurrent=max_concurrent, max_per_session=max_per_session)
         self._default_timeout_s = default_timeout_s
         self._calls: OrderedDict[str, ToolCall] = OrderedDict()
         self._open_by_session: dict[str, set[str]] = {}
         self._done: dict[str, asyncio.Event] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._flush_pending: set[str] = set()
         self._listeners: list[CallListener] = []
         self._abandoning = False
 
@@ -118,14 +116,14 @@ class CallRegistry:
         )
         timeout_s = tool.timeout_s or self._default_timeout_s
         try:
-            async with self._slot(call.session_key, tool.uses_slot):
+            async with self._slots.hold(call.session_key) if tool.uses_slot else contextlib.nullcontext():
                 call.transition(CallStatus.RUNNING)
                 call.add_progress(ProgressKind.STARTED, {"tool": call.tool_name})
                 # Not awaited: the tool starts now, and its `running` row goes out with the next commit.
                 self._writer.save_soon(call)
                 self._publish(call)
                 async with asyncio.timeout(timeout_s) as deadline:
-                    result = await self._invoke(tool, call.input, ctx)
+                    result = await tool.invoke(call.input, ctx)
             await self._finish(call, CallStatus.COMPLETED, result=result)
         except asyncio.CancelledError:
             ctx.cancelled.set()
@@ -146,22 +144,6 @@ class CallRegistry:
             await self._finish(call, CallStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
         finally:
             self._tasks.pop(call.id, None)
-
-    @staticmethod
-    async def _invoke(tool: Tool, args: dict[str, JSON], ctx: ToolContext) -> JSON:
-        if tool.is_async:
-            return await tool.run(args, ctx)
-        return await asyncio.to_thread(tool.run, args, ctx)
-
-    @contextlib.asynccontextmanager
-    async def _slot(self, session_key: str, uses_slot: bool) -> AsyncIterator[None]:
-        """Hold a session slot and a global slot; waiting here is what `pending` means."""
-        if not uses_slot:
-            yield
-            return
-        session_slots = self._session_slots.setdefault(session_key, asyncio.Semaphore(self._max_per_session))
-        async with session_slots, self._global_slots:
-            yield
 
     async def _finish(
         self,
@@ -200,7 +182,7 @@ class CallRegistry:
             open_calls.discard(call.id)
             if not open_calls:
                 del self._open_by_session[call.session_key]
-                self._session_slots.pop(call.session_key, None)
+                self._slots.forget(call.session_key)
         self._done.setdefault(call.id, asyncio.Event()).set()
         self._publish(call)
         self._evict_old_final_calls()
@@ -216,15 +198,8 @@ class CallRegistry:
             progress_kind = ProgressKind.LOG
         call.add_progress(progress_kind, _jsonable(payload))
         self._publish(call)
-        if call.id not in self._flush_pending:
-            # Progress can come many times a second; the store gets the latest state twice a second at most.
-            self._flush_pending.add(call.id)
-            asyncio.get_running_loop().call_later(PROGRESS_FLUSH_S, self._flush_progress, call)
-
-    def _flush_progress(self, call: ToolCall) -> None:
-        self._flush_pending.discard(call.id)
-        if not call.is_final:
-            self._writer.save_soon(call)
+        # Progress can come many times a second; the store gets the latest state twice a second at most.
+        self._writer.save_within(call, PROGRESS_FLUSH_S)
 
     # -- cancelling -----------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ class CallWriter:
         self._dirty: dict[str, ToolCall] = {}
         self._waiters: list[asyncio.Future[None]] = []
         self._flusher: asyncio.Task[None] | None = None
+        self._scheduled: set[str] = set()
 
     async def save(self, call: ToolCall) -> None:
         """Return once a transaction holding this call's current state has committed."""
@@ -36,6 +37,18 @@ class CallWriter:
         self._dirty[call.id] = call
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush(), name="call-writer")
+
+    def save_within(self, call: ToolCall, delay_s: float) -> None:
+        """Save the call's state at most `delay_s` from now; calls in between share that one save."""
+        if call.id in self._scheduled:
+            return
+        self._scheduled.add(call.id)
+        asyncio.get_running_loop().call_later(delay_s, self._save_scheduled, call)
+
+    def _save_scheduled(self, call: ToolCall) -> None:
+        self._scheduled.discard(call.id)
+        if not call.is_final:  # a final state was saved (and awaited) on its own
+            self.save_soon(call)
 
     async def drain(self) -> None:
         """Wait until everything queued so far is written (at shutdown, before the store closes)."""
