@@ -229,6 +229,10 @@ class EditScheduler:
             await self._client.chat_update(channel=edit.channel, ts=edit.ts, text=edit.text, blocks=edit.blocks)
         except SlackApiError as exc:
             self._on_api_error(edit, exc)
+        except asyncio.CancelledError:
+            # Stopped mid-call (close() ran out of time): the state is still owed, and counted as such.
+            self._requeue(edit, backoff=False)
+            raise
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             log.warning("chat.update %s/%s failed (%r); retrying", edit.channel, edit.ts, exc)
             self._requeue(edit, backoff=True)
