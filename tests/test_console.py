@@ -29,7 +29,19 @@ def bot_env(fake: FakeAnthropic, data_dir: Path, **extra: str) -> dict[str, str]
 async def run_bot(
     *args: str, env: dict[str, str], cwd: Path, stdin: bytes = b"", timeout_s: float = 30
 ) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
+    process = await spawn_bot(*args, env=env, cwd=cwd)
+    out, err = await asyncio.wait_for(process.communicate(stdin), timeout_s)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def start_console(fake: FakeAnthropic, tmp_path: Path) -> asyncio.subprocess.Process:
+    """`python -m bot console` with pipes, for tests that type into it while it works."""
+    return await spawn_bot("console", env=bot_env(fake, tmp_path), cwd=tmp_path)
+
+
+async def spawn_bot(*args: str, env: dict[str, str], cwd: Path) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "bot",
@@ -40,9 +52,6 @@ async def run_bot(
         env=env,
         cwd=cwd,
     )
-    out, err = await asyncio.wait_for(process.communicate(stdin), timeout_s)
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
 
 
 async def test_console_through_a_pipe_chats_and_shows_tool_progress(fake: FakeAnthropic, tmp_path: Path) -> None:
@@ -64,17 +73,7 @@ async def test_console_line_typed_during_a_tool_is_an_injection(fake: FakeAnthro
         Reply.text_only("Skipping the sleep."),
         Reply.text_only("Noted the cancelled sleep."),
     )
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bot",
-        "console",
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=bot_env(fake, tmp_path),
-        cwd=tmp_path,
-    )
+    process = await start_console(fake, tmp_path)
     assert process.stdin is not None and process.stdout is not None
     process.stdin.write(b"sleep for thirty seconds\n")
     await process.stdin.drain()
@@ -165,17 +164,7 @@ async def test_oneshot_model_overloaded_gives_json_error(fake: FakeAnthropic, tm
 
 async def test_console_keeps_every_line_typed_between_turns(fake: FakeAnthropic, tmp_path: Path) -> None:
     fake.script(Reply.text_only("First answer."), Reply.text_only("Second answer."))
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bot",
-        "console",
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=bot_env(fake, tmp_path),
-        cwd=tmp_path,
-    )
+    process = await start_console(fake, tmp_path)
     assert process.stdin is not None and process.stdout is not None
     for line, answer in ((b"one\n", b"First answer."), (b"two\n", b"Second answer.")):
         process.stdin.write(line)
