@@ -27,7 +27,7 @@ from bot.model.anthropic import AnthropicProvider
 from bot.schedule import Scheduler, build_scheduler
 from bot.schedule.firing import Clock
 from bot.store import Store
-from bot.types import EngineOutput, Provider, TimezoneLookup
+from bot.types import EngineOutput, Provider, SessionFilter, TimezoneLookup
 from tools import builtin_tools
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ async def open_core(
     abandon_on_exit: bool = False,
     user_timezone: TimezoneLookup | None = None,
     clock: Clock | None = None,
-    session_prefixes: tuple[str, ...] = (),
+    owns: SessionFilter | None = None,
 ) -> AsyncIterator[Core]:
     """Build the engine around `output`; on exit stop turns and calls, then close the store.
 
@@ -74,7 +74,7 @@ async def open_core(
     of being waited for: the process is going away without finishing them.
     `user_timezone` names the asking person's zone for reminders (the Slack edge
     passes a `users.info` lookup); `clock` is "now" for the scheduler (tests);
-    `session_prefixes` keeps the scheduler to this edge's sessions.
+    `owns` keeps the scheduler to this edge's sessions.
     """
     async with contextlib.AsyncExitStack() as stack:
         store = await Store.open(settings.db_path)
@@ -122,7 +122,7 @@ async def open_core(
             toolbox=toolbox,
             user_timezone=user_timezone,
             clock=clock,
-            session_prefixes=session_prefixes,
+            owns=owns,
         )
         await scheduler.start()
         core = Core(settings, store, registry, toolbox, engine, provider, scheduler, orphans)
@@ -131,8 +131,9 @@ async def open_core(
         finally:
             await scheduler.stop()  # first: no wait may come due into an engine that is shutting down
             if abandon_on_exit:
-                await registry.abandon()
+                # The engine first: an orphaned call must not look like news that starts a turn.
                 await engine.shutdown(grace_s=0)
+                await registry.abandon()
             else:
                 await engine.shutdown(grace_s=SHUTDOWN_GRACE_S)
                 await registry.shutdown(grace_s=SHUTDOWN_GRACE_S)

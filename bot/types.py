@@ -87,4 +87,6 @@ class EngineOutput(Protocol):
 
 CallListener = Callable[["ToolCall"], None]
 TimezoneLookup = Callable[[str], Awaitable[str | None]]
+SessionFilter = Callable[[str], bool]
+"""Whether a session key belongs to the edge running this process (its scheduler fires only those)."""
 """Given a session key, the time zone of the person who asked (e.g. from Slack's users.info)."""

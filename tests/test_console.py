@@ -178,3 +178,22 @@ async def test_console_keeps_every_line_typed_between_turns(fake: FakeAnthropic,
         "one",
         "two",
     ]
+
+
+async def test_oneshot_fires_no_other_sessions_wait_and_makes_no_call_on_exit(
+    fake: FakeAnthropic, tmp_path: Path
+) -> None:
+    env = bot_env(fake, tmp_path, BOT_ENABLE_SHELL="1")
+    stubborn = tool_use("run_command", {"command": "trap '' TERM; sleep 30"})
+    wait = tool_use("wait_for", {"seconds": 0.1, "reason": "check A"})
+    fake.script(Reply.tools(wait, stubborn, text="Waiting."))
+    code, out, err = await run_bot("oneshot", "--session", "A", "wait a bit", env=env, cwd=tmp_path)
+    assert code == 0, err
+    assert json.loads(out)["continuation"]
+    assert len(fake.requests) == 1, "the orphaned command must not start a hidden turn as oneshot exits"
+
+    fake.script(Reply.text_only("B answer"))
+    code, out, err = await run_bot("oneshot", "--session", "B", "hi", env=env, cwd=tmp_path)
+    assert code == 0, err
+    assert json.loads(out)["text"] == "B answer", "A's due wait must not run inside B's process"
+    assert len(fake.requests) == 2 and fake.rejections == []

@@ -21,6 +21,7 @@ from bot.calls.models import PROGRESS_LOG_LIMIT, PROGRESS_PAYLOAD_MAX_CHARS, Cal
 from bot.calls.registry import CancelResult
 from tools.base import Tool, ToolContext, tool
 from tools.run_command import run_command
+from tools.sleep_for import sleep_for
 
 KEY = "test:registry"
 OTHER = "test:other"
@@ -591,3 +592,15 @@ async def test_a_call_whose_final_save_is_pending_is_not_listed_as_open(core: Co
     assert core.registry.open_calls(KEY) == []
     gate.set()
     assert await core.registry.wait_final(call.id, 5)
+
+
+async def test_a_call_that_cannot_be_recorded_fails_instead_of_hanging(
+    core: Core, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(calls: Sequence[ToolCall]) -> None:
+        raise OSError("database is locked")
+
+    monkeypatch.setattr(core.store, "save_calls", broken)
+    call = await submit(core, sleep_for, {"seconds": 30})
+    assert call.status is CallStatus.FAILED and "could not be recorded" in (call.error or "")
+    assert core.registry.open_calls(KEY) == [] and await core.registry.wait_final(call.id, 1)

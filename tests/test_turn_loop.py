@@ -295,7 +295,7 @@ async def test_refusal(core: Core, fake: FakeAnthropic, output: RecordingOutput)
 async def test_pause_turn_is_resumed(core: Core, fake: FakeAnthropic) -> None:
     fake.script(Reply.text_only("Working on it…", stop_reason="pause_turn"), Reply.text_only("Finished."))
     outcome = await core.engine.run_turn(KEY, "long task")
-    assert outcome is not None and outcome.text == "Finished." and len(fake.requests) == 2
+    assert outcome is not None and outcome.text == "Working on it…Finished." and len(fake.requests) == 2
     assert fake.requests[1]["messages"][-1] == {
         "role": "assistant",
         "content": [{"type": "text", "text": "Working on it…"}],
@@ -380,3 +380,20 @@ async def test_content_as_text_or_blocks(core: Core, fake: FakeAnthropic, conten
     await core.engine.run_turn(KEY, content)  # type: ignore[arg-type]
     expected = [text("plain")] if content == "plain" else content
     assert fake.requests[0]["messages"] == [{"role": "user", "content": expected}]
+
+
+async def test_a_turn_that_fails_before_the_model_is_reported_and_the_session_recovers(
+    core: Core, fake: FakeAnthropic, output: RecordingOutput, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(key: str) -> list[dict[str, object]]:
+        raise OSError("disk unplugged")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(core.store, "load_messages", broken)
+        outcome = await core.engine.run_turn(KEY, "hello?")
+    assert outcome is not None and outcome.error == "internal error (OSError)"
+    assert output.notices and "went wrong" in output.notices[-1][1]
+    assert output.outcomes[-1] is outcome, "the edge hears the turn ended (Slack clears 'is thinking…')"
+    fake.script(Reply.text_only("Back."))
+    again = await core.engine.run_turn(KEY, "and now?")
+    assert again is not None and again.text == "Back." and fake.rejections == []

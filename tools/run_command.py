@@ -30,7 +30,6 @@ LINE_LIMIT_BYTES = 1 << 20
         "timeout_seconds": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_S},
     },
     required=("command",),
-    timeout_s=MAX_TIMEOUT_S,
 )
 async def run_command(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     ctx.work_dir.mkdir(parents=True, exist_ok=True)
@@ -43,7 +42,7 @@ async def run_command(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         start_new_session=True,
         limit=LINE_LIMIT_BYTES,
     )
-    output: list[str] = []
+    output = _Tail(OUTPUT_KEEP_CHARS)
     timeout_s = float(args.get("timeout_seconds", DEFAULT_TIMEOUT_S))
     finished = False
     try:
@@ -57,16 +56,33 @@ async def run_command(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         # Whatever ended the wait early (cancel, timeout, a read error), nothing of the command outlives it.
         if not finished:
             await _terminate_group(process)
-    text = "".join(output)
-    return {"exit_code": code, "output": text[-OUTPUT_KEEP_CHARS:], "truncated": len(text) > OUTPUT_KEEP_CHARS}
+    return {"exit_code": code, "output": output.text, "truncated": output.truncated}
 
 
-async def _stream_lines(process: asyncio.subprocess.Process, ctx: ToolContext, output: list[str]) -> None:
+class _Tail:
+    """The last `keep` characters of the output: a chatty command must not fill the daemon's memory."""
+
+    def __init__(self, keep: int) -> None:
+        self._keep = keep
+        self.text = ""
+        self.truncated = False
+
+    def add(self, line: str) -> None:
+        self.text += line
+        if len(self.text) > self._keep:
+            self.text = self.text[-self._keep :]
+            self.truncated = True
+
+
+async def _stream_lines(process: asyncio.subprocess.Process, ctx: ToolContext, output: _Tail) -> None:
     assert process.stdout is not None
-    async for raw in process.stdout:
-        line = raw.decode(errors="replace")
-        output.append(line)
-        ctx.log(line.rstrip("\n"))
+    try:
+        async for raw in process.stdout:
+            line = raw.decode(errors="replace")
+            output.add(line)
+            ctx.log(line.rstrip("\n"))
+    except ValueError:  # asyncio's StreamReader refuses a line over its limit
+        raise ToolError(f"the command wrote a line longer than {LINE_LIMIT_BYTES // 1024} KiB") from None
 
 
 async def _terminate_group(process: asyncio.subprocess.Process) -> None:

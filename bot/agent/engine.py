@@ -24,6 +24,8 @@ from bot.types import TurnOutcome
 
 log = logging.getLogger(__name__)
 
+CANCEL_WAIT_S = 5.0
+
 
 class Delivery(StrEnum):
     STARTED = "started"
@@ -144,7 +146,8 @@ class Engine:
         for task in stuck:
             task.cancel()
         if stuck:
-            await asyncio.wait(stuck, timeout=grace_s)
+            # Bounded but not zero: a cancelled turn still closes its history before the store goes.
+            await asyncio.wait(stuck, timeout=CANCEL_WAIT_S)
 
     # -- internals ------------------------------------------------------------------------
 

@@ -79,16 +79,17 @@ class TurnRunner:
 
     async def run(self, request: TurnRequest) -> TurnOutcome:
         key = request.session_key
-        await self._store.ensure_session(key)
-        turn_id = f"{key}#{await self._store.next_turn(key)}"
-        messages = await self._store.load_messages(key)
-        conversation = _Conversation(key, messages, persisted=len(messages))
         outcome = TurnOutcome(session_key=key)
+        conversation: _Conversation | None = None
         request.injections.new_turn()
         self._output.turn_started(key)
-        opening = await self._repair_blocks(messages) + await self._late_result_blocks(key, exclude=set())
-        protocol.append_user(messages, opening + request.content)
         try:
+            await self._store.ensure_session(key)
+            turn_id = f"{key}#{await self._store.next_turn(key)}"
+            messages = await self._store.load_messages(key)
+            conversation = _Conversation(key, messages, persisted=len(messages))
+            opening = await self._repair_blocks(messages) + await self._late_result_blocks(key, exclude=set())
+            protocol.append_user(messages, opening + request.content)
             await self._loop(request, turn_id, conversation, outcome)
         except ModelError as exc:
             outcome.error = str(exc)
@@ -101,7 +102,8 @@ class TurnRunner:
         finally:
             if request.cancelled.is_set():
                 outcome.cancelled_by = request.cancelled_by or "user"
-            await self._close(conversation, outcome)
+            if conversation is not None:
+                await self._close(conversation, outcome)
             self._output.turn_finished(outcome)
         return outcome
 
@@ -131,7 +133,7 @@ class TurnRunner:
                 await conversation.save(self._store)
             outcome.text = outcome.text + reply.text if cut_off else reply.text or outcome.text
             outcome.stop_reason = reply.stop_reason
-            cut_off = False
+            cut_off = reply.stop_reason == "pause_turn"  # the next reply goes on from this one
             if reply.stop_reason == "max_tokens" and continuations < MAX_CONTINUATIONS:
                 continuations += 1
                 cut_off = True

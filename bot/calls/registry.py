@@ -97,9 +97,16 @@ class CallRegistry:
             call.error = error or f"unknown tool {tool_name!r}"
             await self._save_final(call)
             return call
+        try:
+            await self._writer.save(call)
+        except Exception as exc:
+            # Not recorded, so not run: the model gets an error result instead of a call that never ends.
+            call.transition(CallStatus.FAILED)
+            call.error = f"the call could not be recorded ({type(exc).__name__}); it did not run"
+            self._finalised(call)
+            return call
         self._open_by_session.setdefault(session_key, set()).add(call_id)
         self._done[call_id] = asyncio.Event()
-        await self._writer.save(call)
         self._publish(call)
         self._tasks[call_id] = asyncio.create_task(self._run(call, tool), name=f"tool:{tool_name}:{call_id}")
         return call

@@ -40,7 +40,7 @@ class ConsoleChat:
         output = ConsoleOutput(self._stdout, interactive=self._interactive)
         loop = asyncio.get_running_loop()
         threading.Thread(target=self._read_stdin, args=(loop,), daemon=True, name="stdin-reader").start()
-        async with open_core(self._settings, output, session_prefixes=("console:",)) as core:
+        async with open_core(self._settings, output, owns=lambda key: key.startswith("console:")) as core:
             engine = core.engine
             loop.add_signal_handler(signal.SIGINT, lambda: self._on_interrupt(core.engine))
             try:

@@ -86,7 +86,9 @@ async def oneshot(
     else:
         session_key = f"oneshot:{session or uuid.uuid4().hex[:12]}"
     output = CollectingOutput()
-    async with open_core(settings, output, abandon_on_exit=not wait_for_async, session_prefixes=("oneshot:",)) as core:
+    # Only a run that waits may fire this session's own waits and reminders; never another session's.
+    owns = (lambda key: key == session_key) if wait_for_async else (lambda key: False)
+    async with open_core(settings, output, abandon_on_exit=not wait_for_async, owns=owns) as core:
         if resume and await core.store.get_session(session_key) is None:
             raise ThreadbotError(f"nothing to resume: no session {session_key!r} in {settings.db_path}")
         content = [protocol.text_block(prompt)] if prompt else []

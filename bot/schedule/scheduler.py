@@ -40,7 +40,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from bot.calls.models import utcnow
 from bot.schedule.firing import Clock, Firer, FireReport, Waker
 from bot.store import NewReminder, Reminder, ReminderKind, Store
-from bot.types import EngineOutput
+from bot.types import EngineOutput, SessionFilter
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +55,8 @@ class Scheduler:
     """Waits and reminders (rows in the store, one job each) plus interval jobs such as the heartbeat.
 
     `clock` is "now" for every decision; APScheduler is only told how far ahead a row is.
-    `session_prefixes` limits it to the sessions of the edge that runs it (a console
-    must not fire, and so swallow, a Slack thread's reminder); empty means all.
+    `owns` limits it to the sessions of the edge that runs it (a console must not
+    fire, and so swallow, a Slack thread's reminder); None means all.
     """
 
     def __init__(
@@ -68,11 +68,11 @@ class Scheduler:
         zone: ZoneInfo,
         max_lateness_s: float,
         clock: Clock = utcnow,
-        session_prefixes: tuple[str, ...] = (),
+        owns: SessionFilter | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
-        self._session_prefixes = session_prefixes
+        self._owns = owns
         self._firer = Firer(
             store=store, waker=waker, output=output, zone=zone, max_lateness_s=max_lateness_s, clock=clock
         )
@@ -90,7 +90,7 @@ class Scheduler:
         pending = [
             reminder
             for reminder in await self._store.pending_reminders()
-            if not self._session_prefixes or reminder.session_key.startswith(self._session_prefixes)
+            if self._owns is None or self._owns(reminder.session_key)
         ]
         for reminder in pending:
             self._schedule(reminder.id, reminder.due_at)

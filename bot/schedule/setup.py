@@ -17,7 +17,7 @@ from bot.schedule.scheduler import Scheduler
 from bot.schedule.wait_tools import wait_tools
 from bot.schedule.zones import Zones
 from bot.store import Store
-from bot.types import EngineOutput, Provider, TimezoneLookup
+from bot.types import EngineOutput, Provider, SessionFilter, TimezoneLookup
 
 HEARTBEAT_JOB_ID = "heartbeat"
 PRUNE_JOB_ID = "prune-seen-events"
@@ -35,7 +35,7 @@ def build_scheduler(
     toolbox: Toolbox,
     user_timezone: TimezoneLookup | None = None,
     clock: Clock | None = None,
-    session_prefixes: tuple[str, ...] = (),
+    owns: SessionFilter | None = None,
 ) -> Scheduler:
     """A scheduler (not started) reporting to `output` and waking `engine`; adds the tools to `toolbox`."""
     scheduler = Scheduler(
@@ -45,7 +45,7 @@ def build_scheduler(
         zone=settings.zone,
         max_lateness_s=settings.bot_max_lateness_s,
         clock=clock or utcnow,
-        session_prefixes=session_prefixes,
+        owns=owns,
     )
     now = clock or utcnow
 
@@ -61,7 +61,7 @@ def build_scheduler(
     ):
         toolbox.add(item)
     # The heartbeat's sessions are this scheduler's only if the edge running it owns them (Slack does).
-    owns_heartbeat = not session_prefixes or HEARTBEAT_SESSION_PREFIX in session_prefixes
+    owns_heartbeat = owns is None or owns(HEARTBEAT_SESSION_PREFIX)
     if settings.heartbeat_enabled and owns_heartbeat:
         assert settings.bot_heartbeat_channel is not None
         heartbeat = Heartbeat(

@@ -85,7 +85,7 @@ async def _run(
                 settings,
                 edge,
                 user_timezone=edge.user_timezone,
-                session_prefixes=(SESSION_PREFIX, HEARTBEAT_SESSION_PREFIX),
+                owns=lambda key: key.startswith((SESSION_PREFIX, HEARTBEAT_SESSION_PREFIX)),
             )
         )
         edge.attach(core.store)

@@ -230,8 +230,11 @@ class EditScheduler:
         except SlackApiError as exc:
             self._on_api_error(edit, exc)
         except asyncio.CancelledError:
-            # Stopped mid-call (close() ran out of time): the state is still owed, and counted as such.
-            self._requeue(edit, backoff=False)
+            # Stopped mid-call (close() ran out of time): a final is still owed, and counted as such.
+            if edit.final:
+                self._pending.setdefault((edit.channel, edit.ts), edit)
+            else:
+                self.stats.dropped_nonfinal += 1
             raise
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             log.warning("chat.update %s/%s failed (%r); retrying", edit.channel, edit.ts, exc)
