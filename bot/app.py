@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 import anthropic
@@ -67,6 +67,7 @@ async def open_core(
     user_timezone: TimezoneLookup | None = None,
     clock: Clock | None = None,
     owns: SessionFilter | None = None,
+    before_store_closes: Callable[[], Awaitable[None]] | None = None,
 ) -> AsyncIterator[Core]:
     """Build the engine around `output`; on exit stop turns and calls, then close the store.
 
@@ -74,7 +75,8 @@ async def open_core(
     of being waited for: the process is going away without finishing them.
     `user_timezone` names the asking person's zone for reminders (the Slack edge
     passes a `users.info` lookup); `clock` is "now" for the scheduler (tests);
-    `owns` keeps the scheduler to this edge's sessions.
+    `owns` keeps the scheduler to this edge's sessions. `before_store_closes` lets an
+    edge send what the shutdown itself produced while the store can still be written.
     """
     async with contextlib.AsyncExitStack() as stack:
         store = await Store.open(settings.db_path)
@@ -137,3 +139,5 @@ async def open_core(
             else:
                 await engine.shutdown(grace_s=SHUTDOWN_GRACE_S)
                 await registry.shutdown(grace_s=SHUTDOWN_GRACE_S)
+            if before_store_closes is not None:
+                await before_store_closes()

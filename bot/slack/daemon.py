@@ -79,13 +79,14 @@ async def _run(
         await edits.start()
         stack.push_async_callback(edits.close, EDITS_FLUSH_S)
         edge = SlackEdge(client, edits, team_id=me.team_id, metrics=metrics)
-        stack.push_async_callback(edge.close, EDGE_DRAIN_S)
         core = await stack.enter_async_context(
             open_core(
                 settings,
                 edge,
                 user_timezone=edge.user_timezone,
                 owns=lambda key: key.startswith((SESSION_PREFIX, HEARTBEAT_SESSION_PREFIX)),
+                # Posts the shutdown itself queued (cancelled calls) still record where they went.
+                before_store_closes=lambda: edge.close(EDGE_DRAIN_S),
             )
         )
         edge.attach(core.store)
