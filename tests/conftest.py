@@ -17,6 +17,8 @@ from typing import Any
 import anthropic
 import pytest
 from fakes.anthropic_api import FakeAnthropic
+from fakes.slack_api import FakeSlack
+from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.app import Core, open_core
 from bot.calls.models import CallStatus, ToolCall
@@ -37,6 +39,19 @@ async def fake() -> AsyncIterator[FakeAnthropic]:
     """A started FakeAnthropic on 127.0.0.1; it answers "ok" when nothing is scripted."""
     async with FakeAnthropic() as server:
         yield server
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlack]:
+    """A started FakeSlack (Web API and Socket Mode) on 127.0.0.1."""
+    async with FakeSlack() as server:
+        yield server
+
+
+@pytest.fixture
+def client(slack: FakeSlack) -> AsyncWebClient:
+    """The real slack_sdk client, pointed at the fake."""
+    return AsyncWebClient(token="xoxb-test", base_url=slack.api_url)
 
 
 # --- settings --------------------------------------------------------------------------------

@@ -20,17 +20,6 @@ from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlack]:
-    async with FakeSlack() as fake:
-        yield fake
-
-
-@pytest.fixture
-def client(slack: FakeSlack) -> AsyncWebClient:
-    return AsyncWebClient(token="xoxb-test", base_url=slack.api_url)
-
-
 async def connect(handler: AsyncSocketModeHandler) -> None:
     """Open the Socket Mode session (bolt's method is untyped)."""
     await handler.connect_async()  # type: ignore[no-untyped-call]

@@ -23,17 +23,6 @@ MakeScheduler = Callable[..., Awaitable[EditScheduler]]
 
 
 @pytest.fixture
-async def slack() -> AsyncIterator[FakeSlack]:
-    async with FakeSlack() as fake:
-        yield fake
-
-
-@pytest.fixture
-def client(slack: FakeSlack) -> AsyncWebClient:
-    return AsyncWebClient(token="xoxb-test", base_url=slack.api_url)
-
-
-@pytest.fixture
 async def make_scheduler(client: AsyncWebClient) -> AsyncIterator[MakeScheduler]:
     """Started schedulers with a generous budget unless a test says otherwise; always closed afterwards."""
     made: list[EditScheduler] = []

@@ -69,12 +69,6 @@ RigFactory = Callable[..., Awaitable[Rig]]
 
 
 @pytest.fixture
-async def slack() -> AsyncIterator[FakeSlack]:
-    async with FakeSlack() as server:
-        yield server
-
-
-@pytest.fixture
 async def rigs(slack: FakeSlack, fake: FakeAnthropic, core_factory: CoreFactory) -> AsyncIterator[RigFactory]:
     """Builds rigs on the given settings; closes their cores, then their edit schedulers."""
     made: list[Rig] = []
