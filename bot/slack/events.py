@@ -102,9 +102,8 @@ class MessageRouter:
         await self._deliver(session_key, incoming, text)
 
     async def _claim(self, incoming: Incoming, event_id: str) -> bool:
-        if event_id and not await self._store.claim_event(f"event:{event_id}"):
-            return False
-        return await self._store.claim_event(f"msg:{incoming.channel}:{incoming.ts}")
+        keys = [f"event:{event_id}"] if event_id else []
+        return await self._store.claim_event(*keys, f"msg:{incoming.channel}:{incoming.ts}")
 
     async def _open_session(self, incoming: Incoming) -> str:
         address = {

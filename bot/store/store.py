@@ -119,12 +119,16 @@ class Store(CallQueries, ReminderQueries):
 
     # --- events -------------------------------------------------------------------------
 
-    async def claim_event(self, key: str) -> bool:
-        """True the first time an event key is seen: how a redelivered Slack event is dropped."""
+    async def claim_event(self, *keys: str) -> bool:
+        """True the first time every one of these keys is seen (each is recorded, in one transaction):
+        how a redelivered Slack event, or a second event for the same message, is dropped."""
+        now = ts(utcnow())
+        new = 0
         async with self._write() as db:
-            sql = "INSERT OR IGNORE INTO seen_events (key, seen_at) VALUES (?, ?)"
-            cursor = await db.execute(sql, (key, ts(utcnow())))
-            return cursor.rowcount == 1
+            for key in keys:
+                cursor = await db.execute("INSERT OR IGNORE INTO seen_events (key, seen_at) VALUES (?, ?)", (key, now))
+                new += cursor.rowcount
+        return new == len(keys)
 
     async def prune_events(self, older_than: datetime) -> int:
         """Forget events seen before `older_than` (redeliveries stop long before); returns how many."""
