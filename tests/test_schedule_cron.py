@@ -89,6 +89,11 @@ def test_a_date_that_never_comes_is_none() -> None:
         ("0 0 * * fry", "not a number or a name"),
         ("*/0 * * * *", "step must be a positive number"),
         ("5-1 * * * *", "runs backwards"),
+        ("\u0663 * * * *", r"ASCII only: '\u0663' \(ARABIC-INDIC DIGIT THREE\)"),  # int() would read it as 3
+        ("0 \u00b2 * * *", r"ASCII only: '\u00b2' \(SUPERSCRIPT TWO\)"),  # int() would raise its own error
+        ("0 9 * * 1-\uff15", "ASCII only"),  # fullwidth 5
+        ("*/\u0663 * * * *", "ASCII only"),
+        ("0\u00a09 * * *", "NO-BREAK SPACE"),
     ],
 )
 def test_parse_errors_say_what_is_wrong(expr: str, message: str) -> None:

@@ -165,6 +165,7 @@ async def test_cron_reminder_uses_the_askers_zone_then_the_bots(kit: Kit) -> Non
         ({"text": "x", "at": "2026-05-02T09:00:00", "cron": "0 9 * * *"}, r"\(got at and cron\)"),
         ({"text": "x", "cron": "0 9 * *"}, "invalid cron '0 9 \\* \\*': cron needs 5 fields"),
         ({"text": "x", "cron": "0 0 30 2 *"}, "never fires"),
+        ({"text": "x", "cron": "\u0663 * * * *"}, "invalid cron .*ASCII only.*ARABIC-INDIC DIGIT THREE"),
         ({"text": "x", "at": "2026-04-30T09:00:00"}, "is in the past"),
         ({"text": "x", "in_seconds": 0}, "less than or equal to the minimum"),
         ({"text": "x", "in_seconds": 60, "timezone": "Mars/Olympus"}, "unknown time zone 'Mars/Olympus'"),

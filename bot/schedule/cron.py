@@ -15,6 +15,7 @@ jump, as cron does.
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 
@@ -68,6 +69,7 @@ class CronSchedule:
     @classmethod
     def parse(cls, expr: str) -> CronSchedule:
         """Parse `expr` (or an @macro); ValueError with a message fit to show to the model."""
+        _require_ascii(expr)
         text = " ".join(expr.split())
         fields = MACROS.get(text.lower(), text).split(" ")
         if len(fields) != 5:
@@ -152,6 +154,14 @@ def resolve_wall_time(wall: datetime, zone: tzinfo) -> datetime:
         else:
             high = middle
     return datetime.fromtimestamp(high, UTC)
+
+
+def _require_ascii(expr: str) -> None:
+    """Refuse what `str.isdigit` lets through: Arabic-Indic `٣` (which `int` reads as 3) and `²` (which it cannot)."""
+    for char in expr:
+        if not char.isascii():
+            name = unicodedata.name(char, f"U+{ord(char):04X}")
+            raise ValueError(f"cron takes ASCII only: {char!r} ({name}) is not allowed; write numbers with 0-9")
 
 
 def _parse_field(spec: str, field: _Field) -> set[int]:
