@@ -20,7 +20,8 @@ from typing import Protocol
 from zoneinfo import ZoneInfo
 
 from bot.agent.engine import Delivery
-from bot.schedule.cron import CronSchedule, latest_run, next_run
+from bot.schedule.cron import CronSchedule
+from bot.schedule.cron_runs import latest_run, next_run
 from bot.schedule.timing import Punctuality, Verdict, format_duration, judge, local_text
 from bot.store import Reminder, ReminderKind, ReminderStatus, Store
 from bot.types import EngineOutput
