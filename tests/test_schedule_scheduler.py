@@ -311,3 +311,40 @@ async def test_a_cron_years_apart_is_kept_running(make: Factory, output: Recordi
     report = await scheduler.fire(rid)
     assert report.delivered and report.next_due_at == datetime(2037, 11, 1, tzinfo=UTC)
     assert output.notices == []
+
+
+async def test_a_cron_with_no_run_ahead_ends_and_says_so(
+    make: Factory, output: RecordingOutput, caplog: pytest.LogCaptureFixture
+) -> None:
+    due = datetime(9998, 1, 1, tzinfo=UTC)  # the last 1 January the calendar here can hold
+    clock = FakeClock(due - timedelta(seconds=1))
+    scheduler = make(clock=clock)
+    await scheduler.start()
+    rid = await add(scheduler, "new year", due, cron="0 0 1 1 *", zone="UTC")
+    clock.now = due + timedelta(seconds=0.2)
+    with caplog.at_level(logging.WARNING, logger="bot.schedule.firing"):
+        report = await scheduler.fire(rid)
+    assert report.delivered and report.next_due_at is None
+    assert output.reminders == [(KEY, "new year")]
+    assert texts(output.notices, KEY) == [
+        "⏰ This repeating reminder stops here, '0 0 1 1 *' has no later run: new year"
+    ]
+    assert (await scheduler.get(rid)).status is ReminderStatus.FIRED  # type: ignore[union-attr]
+    assert scheduler.next_run_time(f"reminder:{rid}") is None
+    assert f"cron reminder {rid} of {KEY} ends" in caplog.text
+
+
+async def test_a_stored_cron_that_no_longer_parses_fires_once_and_says_why(
+    make: Factory, output: RecordingOutput
+) -> None:
+    due = datetime(2026, 5, 1, 7, 3, tzinfo=UTC)
+    clock = FakeClock(due - timedelta(seconds=1))
+    scheduler = make(clock=clock)
+    await scheduler.start()
+    rid = await add(scheduler, "every hour", due, cron="\u0663 * * * *", zone="UTC")  # accepted before ASCII only
+    clock.now = due + timedelta(seconds=0.2)
+    report = await scheduler.fire(rid)
+    assert report.delivered and output.reminders == [(KEY, "every hour")]
+    (notice,) = texts(output.notices, KEY)
+    assert notice.startswith("⏰ This repeating reminder stops here, its cron is not valid any more: cron takes ASCII")
+    assert (await scheduler.get(rid)).status is ReminderStatus.FIRED  # type: ignore[union-attr]
