@@ -238,7 +238,7 @@ EXPRESSIONS = st.tuples(
 ).map(" ".join)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     expr=EXPRESSIONS,
     change=st.sampled_from(CHANGES),
