@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo
 
 import pytest
 
-from bot.schedule.cron import CronSchedule, latest_run, next_run, resolve_wall_time
+from bot.schedule.cron import CronSchedule
+from bot.schedule.cron_runs import first_run, latest_run, next_run, resolve_wall_time
 
 BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")
@@ -63,14 +64,17 @@ def test_fall_back_fires_a_repeated_time_once() -> None:
 
 
 def test_fall_back_never_goes_back_in_time() -> None:
+    # A wildcard schedule runs by the clock, as cron(8) does: through the repeated hour again.
     found = runs("*/30 * * * *", BERLIN, utc(2026, 10, 24, 23, 50), 8)
-    assert found == sorted(set(found))
-    assert found[:3] == [utc(2026, 10, 25, 0), utc(2026, 10, 25, 0, 30), utc(2026, 10, 25, 2)]
+    assert found == [utc(2026, 10, 25, 0) + timedelta(minutes=30 * step) for step in range(8)]
 
 
 def test_created_during_the_repeated_hour_fires_in_it() -> None:
-    # It is 02:10 CET, the second 02:10 of the night: 02:30 CET is still ahead.
-    assert next_run(CronSchedule.parse("30 2 * * *"), BERLIN, utc(2026, 10, 25, 1, 10)) == utc(2026, 10, 25, 1, 30)
+    # It is 02:10 CET, the second 02:10 of the night: 02:30 CET is still ahead for a new schedule...
+    schedule = CronSchedule.parse("30 2 * * *")
+    assert first_run(schedule, BERLIN, utc(2026, 10, 25, 1, 10)) == utc(2026, 10, 25, 1, 30)
+    # ...but one that already ran at 02:30 CEST (00:30Z) moves on to the next night.
+    assert next_run(schedule, BERLIN, utc(2026, 10, 25, 1, 10)) == utc(2026, 10, 26, 1, 30)
 
 
 def test_a_date_that_never_comes_is_none() -> None:
@@ -89,6 +93,11 @@ def test_a_date_that_never_comes_is_none() -> None:
         ("0 0 * * fry", "not a number or a name"),
         ("*/0 * * * *", "step must be a positive number"),
         ("5-1 * * * *", "runs backwards"),
+        ("\u0663 * * * *", r"ASCII only: '\u0663' \(ARABIC-INDIC DIGIT THREE\)"),  # int() would read it as 3
+        ("0 \u00b2 * * *", r"ASCII only: '\u00b2' \(SUPERSCRIPT TWO\)"),  # int() would raise its own error
+        ("0 9 * * 1-\uff15", "ASCII only"),  # fullwidth 5
+        ("*/\u0663 * * * *", "ASCII only"),
+        ("0\u00a09 * * *", "NO-BREAK SPACE"),
     ],
 )
 def test_parse_errors_say_what_is_wrong(expr: str, message: str) -> None:

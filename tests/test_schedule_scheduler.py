@@ -254,3 +254,97 @@ async def test_a_cron_whose_delivery_fails_keeps_its_next_run(make: Factory) -> 
     with pytest.raises(RuntimeError, match="the edge fell over"):
         await scheduler.fire(rid)
     assert_runs_in(scheduler, rid, 86400 - 1)
+
+
+@pytest.mark.parametrize(
+    ("expr", "zone", "due", "back", "next_due"),
+    [
+        # Issue 8 point 5: due 02:30 CEST (00:30Z), back at 02:10 CET (01:10Z), when 02:30 is on the clock again.
+        (
+            "30 2 * * *",
+            "Europe/Berlin",
+            datetime(2026, 10, 25, 0, 30),
+            datetime(2026, 10, 25, 1, 10),
+            datetime(2026, 10, 26, 1, 30),
+        ),
+        (
+            "30 1 * * *",
+            "America/New_York",
+            datetime(2026, 11, 1, 5, 30),
+            datetime(2026, 11, 1, 6, 10),
+            datetime(2026, 11, 2, 6, 30),
+        ),
+        (
+            "30 2 * * *",
+            "Australia/Sydney",
+            datetime(2026, 4, 4, 15, 30),
+            datetime(2026, 4, 4, 16, 10),
+            datetime(2026, 4, 5, 16, 30),
+        ),
+    ],
+)
+async def test_a_late_run_in_the_repeated_hour_does_not_run_again_in_it(
+    make: Factory, output: RecordingOutput, expr: str, zone: str, due: datetime, back: datetime, next_due: datetime
+) -> None:
+    clock = FakeClock(due.replace(tzinfo=UTC) - timedelta(hours=1))
+    before = make(clock=clock)
+    await before.start()
+    rid = await add(before, "nightly", due.replace(tzinfo=UTC), cron=expr, zone=zone)
+    await before.stop()
+
+    clock.now = back.replace(tzinfo=UTC)
+    after = make(clock=clock)
+    await after.start()
+    report = await after.fire(rid)
+    assert output.reminders == [(KEY, "nightly (late by 40m)")]
+    assert report.next_due_at == next_due.replace(tzinfo=UTC)
+    assert_runs_in(after, rid, (next_due - back).total_seconds())
+
+
+async def test_a_cron_years_apart_is_kept_running(make: Factory, output: RecordingOutput) -> None:
+    clock = FakeClock(datetime(2026, 10, 31, 23, 59, tzinfo=UTC))
+    scheduler = make(clock=clock)
+    await scheduler.start()
+    due = datetime(2026, 11, 1, tzinfo=UTC)  # 1 November on a Sunday; the next one is in 2037
+    rid = await add(scheduler, "rare", due, cron="0 0 1 11 */7", zone="UTC")
+    clock.now = due + timedelta(seconds=0.2)
+    report = await scheduler.fire(rid)
+    assert report.delivered and report.next_due_at == datetime(2037, 11, 1, tzinfo=UTC)
+    assert output.notices == []
+
+
+async def test_a_cron_with_no_run_ahead_ends_and_says_so(
+    make: Factory, output: RecordingOutput, caplog: pytest.LogCaptureFixture
+) -> None:
+    due = datetime(9998, 1, 1, tzinfo=UTC)  # the last 1 January the calendar here can hold
+    clock = FakeClock(due - timedelta(seconds=1))
+    scheduler = make(clock=clock)
+    await scheduler.start()
+    rid = await add(scheduler, "new year", due, cron="0 0 1 1 *", zone="UTC")
+    clock.now = due + timedelta(seconds=0.2)
+    with caplog.at_level(logging.WARNING, logger="bot.schedule.firing"):
+        report = await scheduler.fire(rid)
+    assert report.delivered and report.next_due_at is None
+    assert output.reminders == [(KEY, "new year")]
+    assert texts(output.notices, KEY) == [
+        "⏰ This repeating reminder stops here, '0 0 1 1 *' has no later run: new year"
+    ]
+    assert (await scheduler.get(rid)).status is ReminderStatus.FIRED  # type: ignore[union-attr]
+    assert scheduler.next_run_time(f"reminder:{rid}") is None
+    assert f"cron reminder {rid} of {KEY} ends" in caplog.text
+
+
+async def test_a_stored_cron_that_no_longer_parses_fires_once_and_says_why(
+    make: Factory, output: RecordingOutput
+) -> None:
+    due = datetime(2026, 5, 1, 7, 3, tzinfo=UTC)
+    clock = FakeClock(due - timedelta(seconds=1))
+    scheduler = make(clock=clock)
+    await scheduler.start()
+    rid = await add(scheduler, "every hour", due, cron="\u0663 * * * *", zone="UTC")  # accepted before ASCII only
+    clock.now = due + timedelta(seconds=0.2)
+    report = await scheduler.fire(rid)
+    assert report.delivered and output.reminders == [(KEY, "every hour")]
+    (notice,) = texts(output.notices, KEY)
+    assert notice.startswith("⏰ This repeating reminder stops here, its cron is not valid any more: cron takes ASCII")
+    assert (await scheduler.get(rid)).status is ReminderStatus.FIRED  # type: ignore[union-attr]

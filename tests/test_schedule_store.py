@@ -93,6 +93,21 @@ async def test_cron_rows_advance_once_per_run(store: Store) -> None:
     assert await store.advance_reminder(single.id, due_at=DUE, next_due_at=nxt, fired_at=None) is None
 
 
+async def test_a_cron_row_with_no_run_ahead_ends_once(store: Store) -> None:
+    cron = await store.add_reminder(NewReminder(A, ReminderKind.REMINDER, "last", DUE, cron="0 9 * * 5", zone="UTC"))
+    results = await asyncio.gather(
+        *(store.end_cron_reminder(cron.id, due_at=DUE, outcome=ReminderStatus.FIRED, at=DUE) for _ in range(3))
+    )
+    assert sum(result is not None for result in results) == 1
+    ended = await store.get_reminder(cron.id)
+    assert ended is not None and ended.status is ReminderStatus.FIRED and ended.fired_at == DUE
+    assert await store.pending_reminders() == []
+    single = await store.add_reminder(one_shot())  # a one-shot is claimed, never ended as a cron
+    assert await store.end_cron_reminder(single.id, due_at=DUE, outcome=ReminderStatus.FIRED, at=DUE) is None
+    with pytest.raises(ValueError, match="fired or missed"):
+        await store.end_cron_reminder(single.id, due_at=DUE, outcome=ReminderStatus.CANCELLED, at=DUE)
+
+
 async def test_cancel_only_in_its_own_session(store: Store) -> None:
     reminder = await store.add_reminder(one_shot())
     assert await store.cancel_reminder(reminder.id, session_key=B) is None

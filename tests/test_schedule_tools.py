@@ -165,6 +165,7 @@ async def test_cron_reminder_uses_the_askers_zone_then_the_bots(kit: Kit) -> Non
         ({"text": "x", "at": "2026-05-02T09:00:00", "cron": "0 9 * * *"}, r"\(got at and cron\)"),
         ({"text": "x", "cron": "0 9 * *"}, "invalid cron '0 9 \\* \\*': cron needs 5 fields"),
         ({"text": "x", "cron": "0 0 30 2 *"}, "never fires"),
+        ({"text": "x", "cron": "\u0663 * * * *"}, "invalid cron .*ASCII only.*ARABIC-INDIC DIGIT THREE"),
         ({"text": "x", "at": "2026-04-30T09:00:00"}, "is in the past"),
         ({"text": "x", "in_seconds": 0}, "less than or equal to the minimum"),
         ({"text": "x", "in_seconds": 60, "timezone": "Mars/Olympus"}, "unknown time zone 'Mars/Olympus'"),
@@ -224,3 +225,9 @@ async def test_a_failing_zone_lookup_falls_back_to_the_bot_zone(tmp_path: Path) 
     assert await zones.of_session(A) == BOT_ZONE
     assert await Zones(BOT_ZONE, zone_lookup({A: "Not/AZone"})).of_session(A) == BOT_ZONE
     assert await Zones(BOT_ZONE).choose("UTC", A) == ZoneInfo("UTC")
+
+
+async def test_a_cron_that_first_fires_years_ahead_is_accepted(kit: Kit) -> None:
+    # 1 March on a Sunday: not before 2037, beyond what a nine-year look-ahead saw (issue 8 point 6).
+    view = await kit.call("schedule_reminder", {"text": "rare", "cron": "0 9 1 3 */7"})
+    assert view["due_utc"] == "2037-03-01T14:00:00Z"  # 09:00 EST in New York

@@ -2,7 +2,8 @@
 
 scheduler.py     the one APScheduler, rebuilt from the store at start; job guard
 firing.py        a due row: judge, claim in the store, then deliver (once)
-timing.py, cron.py   pure "when is it due / how late / missed" and crontab-in-a-zone
+timing.py        pure "when is it due / how late / missed"
+cron.py, cron_runs.py   crontab: parse and walk the calendar; runs as instants (DST rules)
 wait_tools.py, reminder_tools.py   the five tools the model sees
 heartbeat.py     the periodic HEARTBEAT.md check
 setup.py         wiring into a core

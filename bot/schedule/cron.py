@@ -1,25 +1,27 @@
-"""Five-field crontab schedules, evaluated in a time zone: parse once, ask "when next?".
+"""Five-field crontab schedules: parse once, then walk the local times that match.
 
 Why not `CronTrigger.from_crontab`: APScheduler 3.x reads weekday 0 as Monday
 (crontab says Sunday; its own docstring admits it), combines day-of-month and
 day-of-week with AND (cron uses OR when both are restricted), and with zoneinfo
 it repeats or even goes back in time around the autumn DST change. A reminder
-that says "every Sunday at 02:30" must do exactly that, so this module is the
-small, pure, tested piece that decides, and the scheduler only runs its answers.
-
-DST rules: every wall-clock time fires once. A time that happens twice (autumn)
-fires at its first occurrence (at the second only for a schedule set up between
-the two); a time that never happens (spring) fires at the moment the clocks
-jump, as cron does.
+that says "every Sunday at 02:30" must do exactly that, so this module and
+`cron_runs` are the small, pure, tested pieces that decide, and the scheduler
+only runs their answers. This one knows the calendar; `cron_runs` knows the
+clock (time zones, daylight saving).
 """
 
 from __future__ import annotations
 
+import calendar
+import unicodedata
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta, tzinfo
+from datetime import MAXYEAR, date, datetime
 
-SEARCH_DAYS = 366 * 9
-"""How far ahead to look for a match: enough for a 29 February that skips a century year."""
+CYCLE_YEARS = 400
+"""The Gregorian calendar repeats every 400 years (146,097 days, a whole number of weeks), so a
+schedule that matches no day in one cycle never will: `0 0 29 2 */7` (29 February on a Sunday) can
+be 40 years apart, `0 0 1 11 */7` eleven."""
 
 MACROS = {
     "@hourly": "0 * * * *",
@@ -54,20 +56,24 @@ _FIELDS = (
 
 @dataclass(frozen=True, slots=True)
 class CronSchedule:
-    """A parsed crontab line; weekdays count from Sunday = 0 (7 is Sunday too)."""
+    """A parsed crontab line; weekdays count from Sunday = 0 (7 is Sunday too). Value tuples are sorted."""
 
     expr: str
     minutes: tuple[int, ...]
     hours: tuple[int, ...]
-    days: frozenset[int]
-    months: frozenset[int]
+    days: tuple[int, ...]
+    months: tuple[int, ...]
     weekdays: frozenset[int]
     day_or_weekday: bool
     """Both day fields restricted: cron fires when EITHER matches."""
+    by_the_clock: bool
+    """`*` (or `*/n`) in the minute or hour field: cron(8) runs such a job whenever the clock shows a
+    matching time, even twice in a repeated hour; a fixed-time job runs once per local time."""
 
     @classmethod
     def parse(cls, expr: str) -> CronSchedule:
         """Parse `expr` (or an @macro); ValueError with a message fit to show to the model."""
+        _require_ascii(expr)
         text = " ".join(expr.split())
         fields = MACROS.get(text.lower(), text).split(" ")
         if len(fields) != 5:
@@ -79,10 +85,11 @@ class CronSchedule:
             expr=text,
             minutes=tuple(sorted(minutes)),
             hours=tuple(sorted(hours)),
-            days=frozenset(days),
-            months=frozenset(months),
+            days=tuple(sorted(days)),
+            months=tuple(sorted(months)),
             weekdays=frozenset(day % 7 for day in weekdays),
             day_or_weekday=not fields[2].startswith("*") and not fields[4].startswith("*"),
+            by_the_clock=fields[0].startswith("*") or fields[1].startswith("*"),
         )
 
     def matches_day(self, day: date) -> bool:
@@ -92,66 +99,41 @@ class CronSchedule:
         by_weekday = (day.isoweekday() % 7) in self.weekdays
         return (by_day or by_weekday) if self.day_or_weekday else (by_day and by_weekday)
 
-
-def next_run(schedule: CronSchedule, zone: tzinfo, after: datetime) -> datetime | None:
-    """The first run strictly after `after` (aware), in UTC; None if the schedule never fires."""
-    after = after.astimezone(UTC)
-    local_after = after.astimezone(zone).replace(tzinfo=None)
-    day = local_after.date()
-    for _ in range(SEARCH_DAYS):
-        if schedule.matches_day(day):
-            for hour in schedule.hours:
-                if day == local_after.date() and hour < local_after.hour:
+    def walls_from(self, start: datetime) -> Iterator[datetime]:
+        """Matching local times (naive, on the minute) at or after the naive `start`, in order, for one cycle."""
+        first_day = start.date()
+        for day in self._days_from(first_day):
+            for hour in self.hours:
+                if day == first_day and hour < start.hour:
                     continue
-                for minute in schedule.minutes:
-                    wall = datetime.combine(day, time(hour, minute))
-                    if wall <= local_after:
-                        continue
-                    moment = resolve_wall_time(wall, zone)
-                    if moment > after:
-                        return moment
-                    second = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)
-                    if second > after:  # `after` lies inside a repeated hour: its second copy is still ahead
-                        return second
-        day += timedelta(days=1)
-    return None
+                for minute in self.minutes:
+                    wall = datetime(day.year, day.month, day.day, hour, minute)
+                    if wall >= start:
+                        yield wall
+
+    def _days_from(self, first: date) -> Iterator[date]:
+        """Matching days from `first` on, for CYCLE_YEARS; months not in the schedule are never looked at,
+        nor (when the day fields combine with AND) days of the month it does not name."""
+        last_year = min(first.year + CYCLE_YEARS, MAXYEAR - 1)  # the last year stays clear of datetime's limit
+        for year in range(first.year, last_year + 1):
+            for month in self.months:
+                if (year, month) < (first.year, first.month):
+                    continue
+                length = calendar.monthrange(year, month)[1]
+                for number in range(1, length + 1) if self.day_or_weekday else self.days:
+                    if number > length:
+                        break
+                    day = date(year, month, number)
+                    if day >= first and self.matches_day(day):
+                        yield day
 
 
-def latest_run(schedule: CronSchedule, zone: tzinfo, *, due: datetime, now: datetime, horizon_s: float) -> datetime:
-    """The most recent run at or before `now`, where `due` is a known run that has not fired.
-
-    Runs older than `now - horizon_s` are not walked one by one (a minutely cron down
-    for a month would be 40,000 steps); if none falls inside the horizon, `due` is
-    returned, which is late enough to be judged missed anyway.
-    """
-    latest = due
-    start = now - timedelta(seconds=horizon_s)
-    if start > due:
-        candidate = next_run(schedule, zone, start - timedelta(microseconds=1))
-        if candidate is None or candidate > now:
-            return due
-        latest = candidate
-    while (candidate := next_run(schedule, zone, latest)) is not None and candidate <= now:
-        latest = candidate
-    return latest
-
-
-def resolve_wall_time(wall: datetime, zone: tzinfo) -> datetime:
-    """A naive local time as a UTC instant: first occurrence if repeated, the jump if skipped."""
-    first = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
-    if first.astimezone(zone).replace(tzinfo=None) == wall:
-        return first
-    # Skipped by a spring-forward: fold=1 maps before the jump, fold=0 after; find the jump itself.
-    low = int(wall.replace(tzinfo=zone, fold=1).timestamp())
-    high = int(first.timestamp())
-    before = datetime.fromtimestamp(low, zone).utcoffset()
-    while high - low > 1:
-        middle = (low + high) // 2
-        if datetime.fromtimestamp(middle, zone).utcoffset() == before:
-            low = middle
-        else:
-            high = middle
-    return datetime.fromtimestamp(high, UTC)
+def _require_ascii(expr: str) -> None:
+    """Refuse what `str.isdigit` lets through: Arabic-Indic `٣` (which `int` reads as 3) and `²` (which it cannot)."""
+    for char in expr:
+        if not char.isascii():
+            name = unicodedata.name(char, f"U+{ord(char):04X}")
+            raise ValueError(f"cron takes ASCII only: {char!r} ({name}) is not allowed; write numbers with 0-9")
 
 
 def _parse_field(spec: str, field: _Field) -> set[int]:

@@ -20,7 +20,8 @@ from typing import Protocol
 from zoneinfo import ZoneInfo
 
 from bot.agent.engine import Delivery
-from bot.schedule.cron import CronSchedule, latest_run, next_run
+from bot.schedule.cron import CronSchedule
+from bot.schedule.cron_runs import latest_run, next_run
 from bot.schedule.timing import Punctuality, Verdict, format_duration, judge, local_text
 from bot.store import Reminder, ReminderKind, ReminderStatus, Store
 from bot.types import EngineOutput
@@ -69,6 +70,8 @@ class Claim:
 
     report: FireReport
     reminder: Reminder | None = None
+    farewell: str | None = None
+    """Told to the thread after the delivery when a cron row ended because its schedule has no run ahead."""
 
 
 class Firer:
@@ -113,17 +116,21 @@ class Firer:
                 log.error("wait %d of %s came due while the engine was shutting down", reminder.id, key)
         else:
             self._output.reminder(key, reminder.text + report.verdict.marker, reminder.requester)
+        if claim.farewell is not None:
+            self._output.notice(key, claim.farewell)
 
     async def _claim_cron(self, reminder: Reminder, started: datetime) -> Claim:
         assert reminder.cron is not None
-        schedule = CronSchedule.parse(reminder.cron)
         zone = ZoneInfo(reminder.zone or self._zone.key)
+        try:
+            schedule = CronSchedule.parse(reminder.cron)
+        except ValueError as exc:  # stored by an older version that accepted it (`٣ * * * *`)
+            return await self._end_cron(reminder, started, reminder.due_at, f"its cron is not valid any more: {exc}")
         due = latest_run(schedule, zone, due=reminder.due_at, now=started, horizon_s=self._max_lateness_s)
         verdict = judge(due, started, max_lateness_s=self._max_lateness_s)
         following = next_run(schedule, zone, max(started, due))
-        if following is None:  # cannot happen for a schedule that was due once; never loop on it
-            log.error("cron reminder %d (%r) has no next run; leaving it unscheduled", reminder.id, reminder.cron)
-            return Claim(FireReport(reminder.id, started))
+        if following is None:
+            return await self._end_cron(reminder, started, due, f"{schedule.expr!r} has no later run")
         fired_at = started if verdict.punctuality is not Punctuality.MISSED else None
         advanced = await self._store.advance_reminder(
             reminder.id, due_at=reminder.due_at, next_due_at=following, fired_at=fired_at
@@ -131,6 +138,18 @@ class Firer:
         if advanced is None:
             return await self._lost(reminder.id, started)
         return Claim(FireReport(reminder.id, started, due, verdict, next_due_at=following), reminder)
+
+    async def _end_cron(self, reminder: Reminder, started: datetime, due: datetime, why: str) -> Claim:
+        """This run of a cron row is its last: it is delivered (or reported missed) like any other, the row
+        ends, and the thread and the log say why, so a repeating reminder never just falls silent."""
+        verdict = judge(due, started, max_lateness_s=self._max_lateness_s)
+        outcome = ReminderStatus.MISSED if verdict.punctuality is Punctuality.MISSED else ReminderStatus.FIRED
+        ended = await self._store.end_cron_reminder(reminder.id, due_at=reminder.due_at, outcome=outcome, at=started)
+        if ended is None:
+            return await self._lost(reminder.id, started)
+        log.warning("cron reminder %d of %s ends: %s", reminder.id, reminder.session_key, why)
+        farewell = f"⏰ This repeating reminder stops here, {why}: {reminder.text}"
+        return Claim(FireReport(reminder.id, started, due, verdict), reminder, farewell)
 
     async def _lost(self, reminder_id: int, started: datetime) -> Claim:
         """Another firing (or a cancel) changed the row first; say when it is due now, if still pending."""

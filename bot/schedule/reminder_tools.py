@@ -13,7 +13,8 @@ from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from bot.schedule.cron import CronSchedule, next_run
+from bot.schedule.cron import CronSchedule
+from bot.schedule.cron_runs import first_run
 from bot.schedule.scheduler import Scheduler
 from bot.schedule.timing import format_duration, iso_utc, local_text, parse_timestamp
 from bot.schedule.zones import Zones
@@ -138,7 +139,7 @@ def _first_due(args: dict[str, Any], zone: ZoneInfo, now: datetime) -> datetime:
         schedule = CronSchedule.parse(args["cron"])
     except ValueError as exc:
         raise ToolError(f"invalid cron {args['cron']!r}: {exc}") from None
-    first = next_run(schedule, zone, now)
+    first = first_run(schedule, zone, now)
     if first is None:
         raise ToolError(f"cron {schedule.expr!r} never fires (is that date real?)")
     return first

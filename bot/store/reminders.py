@@ -167,6 +167,24 @@ class ReminderQueries:
             rows = await fetch(db, sql, ts(next_due_at), ts_or_none(fired_at), reminder_id, ts(due_at))
         return _reminder(rows[0]) if rows else None
 
+    async def end_cron_reminder(
+        self, reminder_id: int, *, due_at: datetime, outcome: ReminderStatus, at: datetime
+    ) -> Reminder | None:
+        """End a pending cron row due at `due_at` as `fired` or `missed`: its schedule has no run ahead.
+
+        None if someone else moved or ended it first (the same compare-and-set as a claim).
+        """
+        if outcome not in (ReminderStatus.FIRED, ReminderStatus.MISSED):
+            raise ValueError(f"a cron row ends as fired or missed, not {outcome}")
+        fired_at = ts(at) if outcome is ReminderStatus.FIRED else None
+        sql = (
+            "UPDATE reminders SET status = ?, fired_at = COALESCE(?, fired_at) "
+            f"WHERE id = ? AND status = 'pending' AND due_at = ? AND cron IS NOT NULL RETURNING {_COLUMNS}"
+        )
+        async with self._write() as db:
+            rows = await fetch(db, sql, outcome.value, fired_at, reminder_id, ts(due_at))
+        return _reminder(rows[0]) if rows else None
+
     async def cancel_reminder(self, reminder_id: int, *, session_key: str) -> Reminder | None:
         """Cancel a pending reminder of this session; None if there is none (another session's counts as none)."""
         sql = (
