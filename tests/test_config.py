@@ -9,8 +9,9 @@ import anthropic
 import pytest
 
 from bot.app import MODEL_CONNECT_TIMEOUT_S, MODEL_READ_TIMEOUT_S, anthropic_provider
-from bot.config import ActiveHours, YieldMode, YieldStrategy, load_settings
+from bot.config import ActiveHours, Settings, YieldMode, YieldStrategy, load_settings
 from bot.errors import ConfigError
+from bot.variables import misspelt, source_of
 
 pytestmark = pytest.mark.usefixtures("clean_env")
 
@@ -264,3 +265,29 @@ def test_a_url_that_is_no_url_is_named(
     with pytest.raises(ConfigError) as info:
         load_settings(_env_file=None)
     assert str(info.value) == f"{variable}: {value!r} is not an http(s) URL; it should look like {example}"
+
+
+def test_a_misspelt_variable_is_named_with_the_setting_meant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / ".env").write_text("BOT_TOOL_TIMEOUT=5\nbot_model=claude-opus-5-5\nSLACK_COLOR=blue\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BOT_ALLOWED_USER", "U1")
+    monkeypatch.setenv("BOT_XYZZY", "1")
+    monkeypatch.setenv("BOT_TIMEZONE", "UTC")
+    assert misspelt(Settings.model_fields) == [
+        "BOT_ALLOWED_USER (set in the environment) is not a threadbot setting and is ignored; "
+        "did you mean BOT_ALLOWED_USERS?",
+        "BOT_TOOL_TIMEOUT (set in .env) is not a threadbot setting and is ignored; did you mean BOT_TOOL_TIMEOUT_S?",
+        "BOT_XYZZY (set in the environment) is not a threadbot setting and is ignored; no setting has a name like it",
+    ]
+
+
+def test_the_source_of_a_value_is_the_environment_before_dotenv(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / ".env").write_text("SLACK_BOT_TOKEN=xoxb-file\nslack_app_token=xapp-file\n")
+    monkeypatch.chdir(tmp_path)
+    assert source_of("SLACK_APP_TOKEN") == ".env"
+    assert source_of("SLACK_BOT_TOKEN") == ".env"
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-env")
+    assert source_of("SLACK_BOT_TOKEN") == "the environment"
+    assert source_of("SLACK_SIGNING_SECRET") is None

@@ -21,6 +21,7 @@ from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot import __version__
 from bot.app import Core, open_core
 from bot.config import Settings
 from bot.errors import ConfigError, ThreadbotError
@@ -61,6 +62,7 @@ async def serve(settings: Settings, *, port: int) -> None:
             log.warning("stopped without waiting for running work")
         finally:
             signals.remove()
+    log.info("threadbot stopped%s", signals.took())
 
 
 async def _run(
@@ -103,13 +105,25 @@ async def _run(
             handler = AsyncSocketModeHandler(app, app_token)
             stack.push_async_callback(handler.close_async)
             await handler.connect_async()  # type: ignore[no-untyped-call]
-            log.info("threadbot is up as <@%s> in team %s (Socket Mode)", me.user_id, me.team_id)
+            _log_start(settings, me, "Socket Mode")
         else:
             runner = await _listen(app.web_app(path=EVENTS_PATH, port=port), port)
             stack.push_async_callback(runner.cleanup)
-            log.info("threadbot is up as <@%s>: HTTP events on port %d%s", me.user_id, port, EVENTS_PATH)
+            _log_start(settings, me, f"HTTP events on port {port} at {EVENTS_PATH}")
         await stopping.wait()
         log.info("stopping: no new events; letting running work finish")
+
+
+def _log_start(settings: Settings, me: Identity, mode: str) -> None:
+    """One line that tells an operator who is up, where, and with what, in words."""
+    log.info(
+        "threadbot %s is up as %s; %s; model %s; data dir %s",
+        __version__,
+        me.describe(),
+        mode,
+        settings.bot_model,
+        settings.bot_data_dir.resolve(),
+    )
 
 
 def _ingress(
@@ -170,6 +184,7 @@ class _Signals:
         self._task = asyncio.current_task()
         self.stopping = asyncio.Event()
         self.forced = False
+        self._since: float | None = None
         for signum in self.SIGNALS:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(signum, self._on_signal, signum)
@@ -177,11 +192,16 @@ class _Signals:
     def _on_signal(self, signum: signal.Signals) -> None:
         if not self.stopping.is_set():
             log.info("%s received", signum.name)
+            self._since = self._loop.time()
             self.stopping.set()
         elif self._task is not None and not self.forced:
             log.warning("second %s: stopping now", signum.name)
             self.forced = True
             self._task.cancel()
+
+    def took(self) -> str:
+        """How long the stop took since the first signal, as a suffix for the final line."""
+        return "" if self._since is None else f" ({self._loop.time() - self._since:.1f}s after the signal)"
 
     def remove(self) -> None:
         for signum in self.SIGNALS:
