@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from bot import __version__
 from bot.config import Settings, load_settings
-from bot.errors import ConfigError, ThreadbotError
+from bot.errors import ConfigError, StoreError, ThreadbotError
 from bot.logs import configure_logging
 from bot.variables import misspelt
 
@@ -120,6 +120,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"threadbot: configuration error: {exc}", file=sys.stderr)
         return 2
+    except StoreError as exc:
+        print(f"threadbot: BOT_DATA_DIR: {exc}", file=sys.stderr)
+        return 1
     except ThreadbotError as exc:
         print(f"threadbot: {exc}", file=sys.stderr)
         return 1

@@ -36,6 +36,16 @@ def source_of(name: str, path: Path = DOTENV) -> str | None:
     return None
 
 
+def where_set(name: str, path: Path = DOTENV) -> str:
+    """` (set in .env)` or ` (set in the environment, …)` to follow a variable's name; "" for a value from code."""
+    source = source_of(name, path)
+    if source is None:
+        return ""
+    if source == "the environment":
+        return " (set in the environment, which wins over .env)"
+    return f" (set in {source})"
+
+
 def misspelt(known: Collection[str], path: Path = DOTENV) -> list[str]:
     """One warning per `BOT_*` name set in the environment or `.env` that is not in `known`."""
     known_upper = {name.upper() for name in known}

@@ -25,6 +25,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.config import Settings
 from bot.errors import ConfigError, ThreadbotError
+from bot.slack import tokens
 from bot.slack.cancel import Canceller
 from bot.slack.events import MessageRouter
 from bot.slack.metrics import Metrics
@@ -84,9 +85,9 @@ async def identify(client: AsyncWebClient) -> Identity:
     try:
         response = await client.auth_test()
     except SlackApiError as exc:
-        raise ConfigError(f"SLACK_BOT_TOKEN: Slack refused it ({exc.response.get('error')})") from None
+        raise ConfigError(tokens.refused(tokens.BOT, exc.response.get("error"), client.base_url)) from None
     except (aiohttp.ClientError, OSError) as exc:  # OSError covers TimeoutError and refused connections
-        raise ThreadbotError(f"cannot reach Slack at {client.base_url}: {str(exc) or type(exc).__name__}") from exc
+        raise _unreachable(client, exc) from exc
     return Identity(
         team_id=str(response["team_id"]),
         user_id=str(response["user_id"]),
@@ -94,6 +95,20 @@ async def identify(client: AsyncWebClient) -> Identity:
         user_name=str(response.get("user") or ""),
         team_name=str(response.get("team") or ""),
     )
+
+
+async def check_app_token(client: AsyncWebClient, app_token: str) -> None:
+    """Ask for a Socket Mode URL once: the SDK's own connect retries a refused token forever, quietly."""
+    try:
+        await client.apps_connections_open(app_token=app_token)
+    except SlackApiError as exc:
+        raise ConfigError(tokens.refused(tokens.APP, exc.response.get("error"), client.base_url)) from None
+    except (aiohttp.ClientError, OSError) as exc:
+        raise _unreachable(client, exc) from exc
+
+
+def _unreachable(client: AsyncWebClient, exc: BaseException) -> ThreadbotError:
+    return ThreadbotError(f"cannot reach Slack at {client.base_url} (SLACK_API_URL): {str(exc) or type(exc).__name__}")
 
 
 class _ExpectedBoltNotices(logging.Filter):

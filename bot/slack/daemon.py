@@ -18,7 +18,6 @@ import signal
 import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import __version__
@@ -26,13 +25,14 @@ from bot.app import Core, open_core
 from bot.config import Settings
 from bot.errors import ConfigError, ThreadbotError
 from bot.schedule.heartbeat import HEARTBEAT_SESSION_PREFIX
-from bot.slack.app import Identity, Ingress, build_app, build_client, identify
+from bot.slack.app import Identity, Ingress, build_app, build_client, check_app_token, identify
 from bot.slack.cancel import Canceller
 from bot.slack.edits import EditScheduler
 from bot.slack.events import MessageRouter
 from bot.slack.filters import SESSION_PREFIX
 from bot.slack.metrics import Metrics
 from bot.slack.output import SlackEdge
+from bot.slack.tokens import token_problem
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,8 @@ async def serve(settings: Settings, *, port: int) -> None:
         raise ConfigError("SLACK_BOT_TOKEN: required for run (the bot token, xoxb-…)")
     if app_token is None and settings.slack_signing_secret is None:
         raise ConfigError("SLACK_SIGNING_SECRET: required in HTTP mode (or set SLACK_APP_TOKEN for Socket Mode)")
+    if (problem := token_problem(settings)) is not None:
+        raise ConfigError(problem)
     async with aiohttp.ClientSession() as session:
         client = build_client(settings, session)
         me = await identify(client)
@@ -101,7 +103,7 @@ async def _run(
             stack.push_async_callback(runner.cleanup)
         app = build_app(settings, client, ingress, me)
         if app_token is not None:
-            await _check_app_token(client, app_token)
+            await check_app_token(client, app_token)
             handler = AsyncSocketModeHandler(app, app_token)
             stack.push_async_callback(handler.close_async)
             await handler.connect_async()  # type: ignore[no-untyped-call]
@@ -153,14 +155,6 @@ def _gauges(metrics: Metrics, core: Core, edge: SlackEdge, edits: EditScheduler,
     metrics.gauge("slack_edits_coalesced", "edits replaced by a newer state", lambda: edits.stats.coalesced)
     metrics.gauge("slack_edits_rate_limited", "chat.update 429s", lambda: edits.stats.rate_limited)
     metrics.gauge("slack_edits_gone", "edits dropped: message gone", lambda: edits.stats.gone)
-
-
-async def _check_app_token(client: AsyncWebClient, app_token: str) -> None:
-    """Ask for a Socket Mode URL once: the SDK's own connect retries a refused token forever, quietly."""
-    try:
-        await client.apps_connections_open(app_token=app_token)
-    except SlackApiError as exc:
-        raise ConfigError(f"SLACK_APP_TOKEN: Slack refused it ({exc.response.get('error')})") from None
 
 
 async def _listen(app: web.Application, port: int) -> web.AppRunner:
