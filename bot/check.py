@@ -50,7 +50,7 @@ async def check_database(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S)
         raise ThreadbotError(f"BOT_DATA_DIR: {exc}") from None
     except TimeoutError:
         raise ThreadbotError(f"BOT_DATA_DIR: {settings.db_path} did not open within {timeout_s:g}s") from None
-    return f"BOT_DATA_DIR {folder} can be written; run will create {settings.db_path} there"
+    return f"BOT_DATA_DIR {folder.absolute()} can be written; run will create bot.db there"
 
 
 def _require_writable(folder: Path) -> None:

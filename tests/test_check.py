@@ -199,7 +199,7 @@ async def test_check_leaves_no_database_where_there_was_none(
     for folder in (empty, missing):
         code, lines = await outcome_lines(good(bot_data_dir=folder), capsys)
         assert code == 0, lines
-        assert lines[1] == f"✓ BOT_DATA_DIR {folder} can be written; run will create {folder / 'bot.db'} there"
+        assert lines[1] == f"✓ BOT_DATA_DIR {folder} can be written; run will create bot.db there"
     assert list(empty.iterdir()) == [] and not missing.parent.exists()
 
 
