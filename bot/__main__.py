@@ -9,42 +9,110 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import sys
 from collections.abc import Sequence
 
+from bot import __version__
 from bot.config import Settings, load_settings
-from bot.errors import ConfigError, ThreadbotError
+from bot.errors import ConfigError, StoreError, ThreadbotError
 from bot.logs import configure_logging
+from bot.variables import misspelt
+
+log = logging.getLogger("bot")
+
+SLACK_ONLY = frozenset(
+    {
+        "bot_allowed_users",
+        "bot_allowed_channels",
+        "bot_cancel_reactions",
+        "bot_heartbeat_interval_s",
+        "bot_heartbeat_channel",
+        "bot_heartbeat_active_hours",
+        "bot_metrics_port",
+    }
+)
+"""Settings only the Slack daemon uses; the console and oneshot ignore them, as they ignore `SLACK_*`."""
+
+COMMANDS = {
+    "run": (
+        "run the Slack daemon",
+        "Run the Slack daemon: Socket Mode when SLACK_APP_TOKEN is set, otherwise the HTTP Events API on "
+        "--port at /slack/events. It stops gracefully on SIGTERM or Ctrl-C, ending its log with a 'stopped' line.",
+    ),
+    "console": (
+        "chat with the agent in this terminal",
+        "Chat with the agent in this terminal, on the same engine as in Slack. Lines typed while tools run "
+        "are injected into the running turn; Ctrl-C cancels the running tool calls. No Slack settings needed.",
+    ),
+    "oneshot": (
+        "one turn, JSON on stdout",
+        "Run one turn and print it as one JSON object on stdout. Without --wait-for-async it stops at the first "
+        "background call and prints a continuation token for --resume. No Slack settings needed.",
+    ),
+    "check": (
+        "check everything run needs, and say what is wrong",
+        "Check everything run needs, each probe within 30 s: the configuration, BOT_DATA_DIR and the database, "
+        "the Slack tokens (auth.test, and apps.connections.open for SLACK_APP_TOKEN) and the model. Prints one "
+        "line per check, naming the variable and the URL when something is wrong, and exits 1 if anything "
+        "failed. It leaves no database behind where there was none.",
+    ),
+}
+
+
+def _variables(command: str) -> str:
+    """The epilog of a command's `--help`: every variable it reads, straight from the settings' fields."""
+    names = [name for name in Settings.model_fields if command in ("run", "check") or not _slack_only(name)]
+    listed = ", ".join(name.upper() for name in names)
+    return f"Reads, from the environment or from .env in the working directory: {listed}."
+
+
+def _slack_only(name: str) -> bool:
+    return name.startswith("slack_") or name in SLACK_ONLY
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="threadbot", description="Every Slack thread a Claude agent session.")
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="threadbot",
+        description="Every Slack thread a Claude agent session. Run `threadbot COMMAND --help` for each command.",
+    )
+    parser.add_argument("--version", action="version", version=f"threadbot {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    run = commands.add_parser("run", help="run the Slack daemon (Socket Mode with SLACK_APP_TOKEN, else HTTP)")
+    def command(name: str) -> argparse.ArgumentParser:
+        summary, description = COMMANDS[name]
+        return commands.add_parser(name, help=summary, description=description, epilog=_variables(name))
+
+    run = command("run")
     run.add_argument("--port", type=int, default=3000, help="HTTP mode port for /slack/events (default 3000)")
 
-    console = commands.add_parser("console", help="chat with the agent in this terminal")
+    console = command("console")
     console.add_argument("--session", default="default", help="session name; the conversation is kept per name")
 
-    oneshot = commands.add_parser("oneshot", help="one turn, JSON on stdout")
+    oneshot = command("oneshot")
     oneshot.add_argument("prompt", nargs="?", help="what to ask (optional with --resume)")
     oneshot.add_argument("--session", help="reuse a named session instead of a fresh one")
     oneshot.add_argument("--wait-for-async", action="store_true", help="wait for background tool calls")
     oneshot.add_argument("--resume", metavar="TOKEN", help="continue from a continuation token")
 
-    commands.add_parser("check", help="validate configuration, database, Slack token and model")
+    command("check")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
     try:
         settings = load_settings()
     except ConfigError as exc:
         print(f"threadbot: configuration error: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.bot_log_format)
+    for warning in misspelt(Settings.model_fields):
+        log.warning("%s", warning)
     try:
         return asyncio.run(_dispatch(args, settings))
     except KeyboardInterrupt:
@@ -52,6 +120,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"threadbot: configuration error: {exc}", file=sys.stderr)
         return 2
+    except StoreError as exc:
+        print(f"threadbot: BOT_DATA_DIR: {exc}", file=sys.stderr)
+        return 1
     except ThreadbotError as exc:
         print(f"threadbot: {exc}", file=sys.stderr)
         return 1

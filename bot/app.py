@@ -33,6 +33,9 @@ from tools import builtin_tools
 log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE_S = 5.0
+MODEL_CONNECT_TIMEOUT_S = 10.0
+MODEL_READ_TIMEOUT_S = 180.0
+"""No read, write or wait for a pooled connection may take longer; the streamed API pings well within it."""
 
 
 @dataclass(slots=True)
@@ -48,10 +51,23 @@ class Core:
     """Calls a previous process left unfinished, marked orphaned at this start (edges may repaint them)."""
 
 
-def anthropic_provider(settings: Settings, *, max_retries: int = 2) -> AnthropicProvider:
-    """The model client; `ANTHROPIC_API_KEY` and `ANTHROPIC_BASE_URL` are read by the SDK itself."""
-    client = anthropic.AsyncAnthropic(max_retries=max_retries)
-    if client.api_key is None and client.auth_token is None:
+def anthropic_provider(
+    settings: Settings, *, max_retries: int = 2, timeout: anthropic.Timeout | None = None
+) -> AnthropicProvider:
+    """The model client, handed `ANTHROPIC_API_KEY` and `ANTHROPIC_BASE_URL` from the settings.
+
+    The SDK would read only `os.environ`, which a `.env` file never reaches. Without a key in the
+    settings the SDK still looks for its other credentials (`ANTHROPIC_AUTH_TOKEN`, profiles).
+    `timeout` replaces the daemon's bounds (connect fast, no stalled read beyond a few minutes).
+    """
+    key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None
+    client = anthropic.AsyncAnthropic(
+        api_key=key,
+        base_url=settings.anthropic_base_url,
+        max_retries=max_retries,
+        timeout=timeout or anthropic.Timeout(MODEL_READ_TIMEOUT_S, connect=MODEL_CONNECT_TIMEOUT_S),
+    )
+    if client.api_key is None and client.auth_token is None and client.credentials is None:
         raise ConfigError("ANTHROPIC_API_KEY: not set (the Anthropic API key the model is called with)")
     return AnthropicProvider(model=settings.bot_model, max_tokens=settings.bot_max_tokens, client=client)
 

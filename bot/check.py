@@ -1,64 +1,134 @@
-"""`python -m bot check`: say plainly what is wrong before the daemon has to find out."""
+"""`python -m bot check`: say plainly what is wrong before the daemon has to find out.
+
+It asks what `run` will ask, through the same code: `auth.test` and `apps.connections.open` on
+the daemon's own client, one request on the daemon's model client, the store's own migrations.
+Each probe is bounded, so a server that accepts and never answers costs `timeout_s`, not minutes;
+each failure names the variable to change and the URL that was asked. It creates nothing that
+`run` would find: a database that does not exist yet is tried out in a scratch folder.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import sys
+import tempfile
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import aiohttp
+import anthropic
 
 from bot.app import anthropic_provider
 from bot.config import Settings
-from bot.errors import ConfigError, ModelError, ThreadbotError
-from bot.slack.app import build_client, identify
+from bot.errors import ConfigError, ModelError, StoreError, ThreadbotError
+from bot.slack import tokens
+from bot.slack.app import build_client, check_app_token, identify
 from bot.store import Store
 from bot.types import ModelRequest
+from bot.variables import where_set
 
-Check = Callable[[Settings], Awaitable[str]]
+PROBE_TIMEOUT_S = 30.0
+MODEL_CONNECT_TIMEOUT_S = 10.0
+PROBE_SYSTEM = "This request only checks that the configuration works. Answer with one word."
+ANTHROPIC_DEFAULT_URL = "https://api.anthropic.com"
 
-
-async def check_database(settings: Settings) -> str:
-    store = await Store.open(settings.db_path)
-    await store.close()
-    return f"database {settings.db_path} opens and is migrated"
-
-
-async def check_slack(settings: Settings) -> str:
-    """The token, through the very client and `auth.test` that `run` starts with, so both agree on the URL."""
-    async with aiohttp.ClientSession() as session:
-        client = build_client(settings, session)  # ConfigError without a token
-        if settings.slack_app_token is None and settings.slack_signing_secret is None:
-            raise RuntimeError("HTTP mode needs SLACK_SIGNING_SECRET (or set SLACK_APP_TOKEN for Socket Mode)")
-        me = await identify(client)
-    mode = "Socket Mode" if settings.slack_app_token else "HTTP mode"
-    return f"Slack token works: bot <@{me.user_id}> in team {me.team_id} ({mode})"
+Check = Callable[[Settings, float], Awaitable[str]]
 
 
-async def check_model(settings: Settings) -> str:
+async def check_database(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) -> str:
+    """`BOT_DATA_DIR` writable, and the database opens and migrates (a scratch copy if it does not exist yet)."""
+    folder = settings.bot_data_dir
+    _require_writable(folder)
     try:
-        provider = anthropic_provider(settings, max_retries=1)
+        async with asyncio.timeout(timeout_s):
+            if settings.db_path.exists():
+                await (await Store.open(settings.db_path)).close()
+                return f"database {settings.db_path} opens and is migrated"
+            with tempfile.TemporaryDirectory(prefix="threadbot-check-") as scratch:
+                await (await Store.open(Path(scratch) / "bot.db")).close()
+    except StoreError as exc:
+        raise ThreadbotError(f"BOT_DATA_DIR: {exc}") from None
+    except TimeoutError:
+        raise ThreadbotError(f"BOT_DATA_DIR: {settings.db_path} did not open within {timeout_s:g}s") from None
+    return f"BOT_DATA_DIR {folder.absolute()} can be written; run will create bot.db there"
+
+
+def _require_writable(folder: Path) -> None:
+    """Try a file in the folder, or in the nearest parent that exists (`run` creates the rest); leave nothing."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"BOT_DATA_DIR: {folder} cannot be a folder, {existing} is a file")
+    try:
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".threadbot-check-"):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ConfigError(f"BOT_DATA_DIR: cannot write in {existing} ({reason}); run keeps bot.db there") from None
+
+
+async def check_slack(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) -> str:
+    """The bot token (`auth.test`) and the app token (`apps.connections.open`), as `run` starts with them."""
+    if settings.slack_bot_token is None:
+        raise ConfigError(f"SLACK_BOT_TOKEN: required for run. {tokens.hint(tokens.BOT)}")
+    if settings.slack_app_token is None and settings.slack_signing_secret is None:
+        raise ConfigError("SLACK_SIGNING_SECRET: required in HTTP mode (or set SLACK_APP_TOKEN for Socket Mode)")
+    if (problem := tokens.token_problem(settings)) is not None:
+        raise ConfigError(problem)
+    async with aiohttp.ClientSession() as session:
+        client = build_client(settings, session)
         try:
-            await provider.complete(
-                ModelRequest(system="", messages=[{"role": "user", "content": "ping"}], tools=[], max_tokens=1)
-            )
-        finally:
-            await provider.close()
-    except (ConfigError, ModelError) as exc:
-        raise RuntimeError(f"model {settings.bot_model}: {exc}") from None
-    return f"model {settings.bot_model} answers"
+            async with asyncio.timeout(timeout_s):
+                me = await identify(client)
+                if settings.slack_app_token is not None:
+                    await check_app_token(client, settings.slack_app_token.get_secret_value())
+        except TimeoutError:
+            raise ThreadbotError(
+                f"no answer from Slack at {client.base_url} (SLACK_API_URL) within {timeout_s:g}s"
+            ) from None
+    mode = "Socket Mode (SLACK_APP_TOKEN opens a connection)" if settings.slack_app_token else "HTTP mode"
+    return f"Slack at {client.base_url}: bot {me.describe()}; {mode}"
+
+
+async def check_model(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) -> str:
+    """One tiny request on the daemon's own model client; `ANTHROPIC_BASE_URL` named when it is set."""
+    where = (
+        f"ANTHROPIC_BASE_URL={settings.anthropic_base_url}" if settings.anthropic_base_url else ANTHROPIC_DEFAULT_URL
+    )
+    key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else ""
+    if "..." in key or "…" in key:
+        raise ConfigError(
+            f"ANTHROPIC_API_KEY{where_set('ANTHROPIC_API_KEY')}: still the placeholder from .env.example; "
+            "an API key is made at console.anthropic.com → API keys"
+        )
+    # The SDK's own read bound lies beyond the probe's, so a stalled answer always ends as "no answer within".
+    timeout = anthropic.Timeout(2 * timeout_s, connect=min(timeout_s, MODEL_CONNECT_TIMEOUT_S))
+    provider = anthropic_provider(settings, max_retries=1, timeout=timeout)
+    request = ModelRequest(system=PROBE_SYSTEM, messages=[{"role": "user", "content": "ping"}], tools=[], max_tokens=1)
+    try:
+        async with asyncio.timeout(timeout_s):
+            await provider.complete(request)
+    except ModelError as exc:
+        raise ThreadbotError(f"model {settings.bot_model} at {where}: {exc}") from None
+    except TimeoutError:
+        raise ThreadbotError(f"model {settings.bot_model} at {where}: no answer within {timeout_s:g}s") from None
+    finally:
+        await provider.close()
+    return f"model {settings.bot_model} answers at {where}"
 
 
 CHECKS: dict[str, Check] = {"database": check_database, "slack": check_slack, "model": check_model}
 
 
-async def run_checks(settings: Settings) -> int:
+async def run_checks(settings: Settings, *, timeout_s: float = PROBE_TIMEOUT_S) -> int:
     """Run every check, print one line each, exit non-zero when any failed."""
     print("✓ configuration is valid")
     failures = 0
     for name, check in CHECKS.items():
         try:
-            print(f"✓ {await check(settings)}")
-        except (RuntimeError, ThreadbotError) as exc:
+            print(f"✓ {await check(settings, timeout_s)}")
+        except ThreadbotError as exc:
             failures += 1
             print(f"✗ {name}: {exc}", file=sys.stdout)
     return 1 if failures else 0

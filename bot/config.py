@@ -13,9 +13,10 @@ from datetime import time
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from bot.errors import ConfigError
@@ -88,6 +89,9 @@ def _split_commas(value: Any) -> Any:
     return value
 
 
+_URL_EXAMPLES = {"slack_api_url": "https://slack.com/api/", "anthropic_base_url": "https://api.anthropic.com"}
+
+
 class Settings(BaseSettings):
     """The daemon's settings; field names are the contract's variable names, lower-cased."""
 
@@ -97,6 +101,9 @@ class Settings(BaseSettings):
     slack_app_token: SecretStr | None = None
     slack_signing_secret: SecretStr | None = None
     slack_api_url: str = "https://slack.com/api/"
+    # Read here, not by the SDK from os.environ, so that `.env` works for them as for everything else.
+    anthropic_api_key: SecretStr | None = None
+    anthropic_base_url: str | None = None
 
     bot_model: str = "claude-sonnet-5-5"
     bot_max_tokens: int = Field(8192, gt=0)
@@ -140,10 +147,31 @@ class Settings(BaseSettings):
             return ActiveHours.parse(value) if value.strip() else None
         return value
 
-    @field_validator("bot_heartbeat_channel", "bot_metrics_port", mode="before")
+    @field_validator(
+        "slack_bot_token",
+        "slack_app_token",
+        "slack_signing_secret",
+        "anthropic_api_key",
+        "anthropic_base_url",
+        "bot_heartbeat_channel",
+        "bot_metrics_port",
+        mode="before",
+    )
     @classmethod
     def _empty_is_unset(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("slack_api_url", "anthropic_base_url")
+    @classmethod
+    def _http_url(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """A URL without a scheme or host would only fail later, deep in an HTTP client, as a puzzle."""
+        if value is None:
+            return None
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            example = _URL_EXAMPLES[str(info.field_name)]
+            raise ValueError(f"{value!r} is not an http(s) URL; it should look like {example}")
+        return value.strip()
 
     @field_validator("bot_timezone")
     @classmethod

@@ -5,10 +5,13 @@ from __future__ import annotations
 from datetime import time
 from pathlib import Path
 
+import anthropic
 import pytest
 
-from bot.config import ActiveHours, YieldMode, YieldStrategy, load_settings
+from bot.app import MODEL_CONNECT_TIMEOUT_S, MODEL_READ_TIMEOUT_S, anthropic_provider
+from bot.config import ActiveHours, Settings, YieldMode, YieldStrategy, load_settings
 from bot.errors import ConfigError
+from bot.variables import misspelt, source_of
 
 pytestmark = pytest.mark.usefixtures("clean_env")
 
@@ -214,3 +217,77 @@ def test_secrets_stay_out_of_config_errors(monkeypatch: pytest.MonkeyPatch) -> N
         load_settings(_env_file=None)
     assert "xoxb-bot-secret-1" not in str(info.value) and "xoxb-bot-secret-1" not in repr(info.value)
     assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+def test_anthropic_variables_come_from_dotenv_like_the_rest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+    (tmp_path / ".env").write_text("ANTHROPIC_API_KEY=sk-ant-dotenv\nANTHROPIC_BASE_URL=http://127.0.0.1:1/\n")
+    monkeypatch.chdir(tmp_path)
+    s = load_settings()
+    assert s.anthropic_api_key is not None and s.anthropic_api_key.get_secret_value() == "sk-ant-dotenv"
+    assert s.anthropic_base_url == "http://127.0.0.1:1/"
+    assert "sk-ant-dotenv" not in repr(s)
+
+
+def test_the_model_client_is_handed_the_settings_not_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-from-environ")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://environ.invalid/")
+    settings = load_settings(_env_file=None, anthropic_api_key="sk-ant-settings", anthropic_base_url="http://s.test/")
+    client = anthropic_provider(settings)._client
+    assert client.api_key == "sk-ant-settings" and str(client.base_url) == "http://s.test/"
+    assert client.timeout == anthropic.Timeout(MODEL_READ_TIMEOUT_S, connect=MODEL_CONNECT_TIMEOUT_S)
+
+
+SECRETS = ["SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET", "ANTHROPIC_API_KEY"]
+
+
+@pytest.mark.parametrize("variable", SECRETS)
+def test_an_empty_secret_is_unset(monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
+    monkeypatch.setenv(variable, "  ")
+    assert getattr(load_settings(_env_file=None), variable.lower()) is None
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "example"),
+    [
+        ("SLACK_API_URL", "notaurl", "https://slack.com/api/"),
+        ("SLACK_API_URL", "slack.com/api", "https://slack.com/api/"),
+        ("SLACK_API_URL", "ftp://slack.com/api/", "https://slack.com/api/"),
+        ("ANTHROPIC_BASE_URL", "notaurl", "https://api.anthropic.com"),
+        ("ANTHROPIC_BASE_URL", "http://", "https://api.anthropic.com"),
+    ],
+)
+def test_a_url_that_is_no_url_is_named(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, example: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError) as info:
+        load_settings(_env_file=None)
+    assert str(info.value) == f"{variable}: {value!r} is not an http(s) URL; it should look like {example}"
+
+
+def test_a_misspelt_variable_is_named_with_the_setting_meant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / ".env").write_text("BOT_TOOL_TIMEOUT=5\nbot_model=claude-opus-5-5\nSLACK_COLOR=blue\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BOT_ALLOWED_USER", "U1")
+    monkeypatch.setenv("BOT_XYZZY", "1")
+    monkeypatch.setenv("BOT_TIMEZONE", "UTC")
+    assert misspelt(Settings.model_fields) == [
+        "BOT_ALLOWED_USER (set in the environment) is not a threadbot setting and is ignored; "
+        "did you mean BOT_ALLOWED_USERS?",
+        "BOT_TOOL_TIMEOUT (set in .env) is not a threadbot setting and is ignored; did you mean BOT_TOOL_TIMEOUT_S?",
+        "BOT_XYZZY (set in the environment) is not a threadbot setting and is ignored; no setting has a name like it",
+    ]
+
+
+def test_the_source_of_a_value_is_the_environment_before_dotenv(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / ".env").write_text("SLACK_BOT_TOKEN=xoxb-file\nslack_app_token=xapp-file\n")
+    monkeypatch.chdir(tmp_path)
+    assert source_of("SLACK_APP_TOKEN") == ".env"
+    assert source_of("SLACK_BOT_TOKEN") == ".env"
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-env")
+    assert source_of("SLACK_BOT_TOKEN") == "the environment"
+    assert source_of("SLACK_SIGNING_SECRET") is None

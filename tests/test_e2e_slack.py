@@ -31,6 +31,8 @@ import pytest_asyncio
 from fakes.anthropic_api import Failure, FakeAnthropic, Reply, text, tool_use, user_texts
 from fakes.slack_api import FakeSlack, StoredMessage, event_callback_body, signed_event_request
 
+from bot import __version__
+
 ROOT = Path(__file__).resolve().parents[1]
 WAIT_S = 15.0
 SIGNING_SECRET = "test-signing-secret"
@@ -462,6 +464,25 @@ async def test_restart_mid_session_continues_the_conversation(own: World) -> Non
     assert user_texts(second)[-1] == "what did I say?"
 
 
+async def test_the_log_says_who_and_where_in_words_and_ends_stopped(own: World) -> None:
+    daemon = own.daemon
+    daemon.env["BOT_MODLE"] = "claude-opus-5-5"  # misspelt: ignored, with a word about it
+    await daemon.start()
+    await daemon.connected()
+    assert await daemon.stop() == 0
+    lines = daemon.log().splitlines()
+    warnings = [line.split(" WARNING ", 1)[1] for line in lines if " WARNING " in line]
+    assert warnings == [
+        "bot: BOT_MODLE (set in the environment) is not a threadbot setting and is ignored; did you mean BOT_MODEL?"
+    ]  # and none from bolt
+    [start] = [line for line in lines if " is up as " in line]
+    assert start.endswith(
+        f'INFO bot.slack.daemon: threadbot {__version__} is up as @threadbot (UBOT) in team "Threadbot Test" (T1); '
+        f"Socket Mode; model claude-sonnet-5-5; data dir {daemon.data_dir.resolve()}"
+    )
+    assert re.search(r" INFO bot.slack.daemon: threadbot stopped \(\d+\.\ds after the signal\)$", lines[-1]), lines
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -496,6 +517,7 @@ async def test_http_mode_verifies_signatures_and_answers(own: World) -> None:
     raw, headers = signed_event_request(event_callback_body(event), SIGNING_SECRET)
     assert (await _post_until_up(url, raw, headers))[0] == 200
     await wait_text(slack, "C1", event["ts"], "Hello over HTTP.")
+    assert f"; HTTP events on port {daemon.port} at /slack/events; model " in daemon.log()
     assert slack.connections == []
     async with aiohttp.ClientSession() as session:
         async with session.get(f"http://127.0.0.1:{metrics_port}/healthz") as response:

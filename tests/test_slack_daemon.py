@@ -14,6 +14,10 @@ from bot.errors import ConfigError, ThreadbotError
 from bot.slack.daemon import serve
 from bot.slack.metrics import Metrics
 
+REFUSED = r"Slack at http://127\.0\.0\.1:\d+/api/ refused it"
+BOT_HINT = r"SLACK_BOT_TOKEN should be the bot token \(xoxb-…\): the Bot User OAuth Token, under OAuth & Permissions"
+APP_HINT = r"SLACK_APP_TOKEN should be the app-level token \(xapp-…\): an App-Level Token with the connections:write"
+
 
 @pytest.fixture
 async def slack() -> AsyncIterator[FakeSlack]:
@@ -33,7 +37,7 @@ async def test_a_missing_bot_token_is_named(make_settings: Callable[..., Setting
 
 async def test_a_refused_bot_token_is_named(slack: FakeSlack, make_settings: Callable[..., Settings]) -> None:
     settings = make_settings(slack_bot_token="xoxb-bad", slack_app_token="xapp-good", slack_api_url=slack.api_url)
-    with pytest.raises(ConfigError, match=r"^SLACK_BOT_TOKEN: Slack refused it \(invalid_auth\)$"):
+    with pytest.raises(ConfigError, match=rf"^SLACK_BOT_TOKEN: {REFUSED} \(invalid_auth\)\. {BOT_HINT}"):
         await serve(settings, port=0)
 
 
@@ -42,7 +46,7 @@ async def test_a_refused_app_token_is_named(
 ) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test")
     settings = make_settings(slack_bot_token="xoxb-good", slack_app_token="xapp-bad", slack_api_url=slack.api_url)
-    with pytest.raises(ConfigError, match=r"^SLACK_APP_TOKEN: Slack refused it \(invalid_auth\)$"):
+    with pytest.raises(ConfigError, match=rf"^SLACK_APP_TOKEN: {REFUSED} \(invalid_auth\)\. {APP_HINT}"):
         await serve(settings, port=0)
     assert slack.open_connections == []
 
@@ -52,9 +56,12 @@ async def test_check_uses_the_daemons_client_so_a_url_without_a_slash_works(
 ) -> None:
     url = slack.api_url.rstrip("/")
     settings = make_settings(slack_bot_token="xoxb-good", slack_app_token="xapp-good", slack_api_url=url)
-    assert await check.check_slack(settings) == "Slack token works: bot <@UBOT> in team T1 (Socket Mode)"
+    assert await check.check_slack(settings) == (
+        f'Slack at {url}/: bot @threadbot (UBOT) in team "Threadbot Test" (T1); '
+        "Socket Mode (SLACK_APP_TOKEN opens a connection)"
+    )
     refused = make_settings(slack_bot_token="xoxb-bad", slack_app_token="xapp-good", slack_api_url=url)
-    with pytest.raises(ConfigError, match=r"^SLACK_BOT_TOKEN: Slack refused it \(invalid_auth\)$"):
+    with pytest.raises(ConfigError, match=rf"^SLACK_BOT_TOKEN: {REFUSED} \(invalid_auth\)\. {BOT_HINT}"):
         await check.check_slack(refused)
 
 
@@ -65,7 +72,9 @@ async def test_check_reports_an_unreachable_slack_in_one_line(
         probe.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{probe.getsockname()[1]}/api"
     settings = make_settings(slack_bot_token="xoxb-good", slack_app_token="xapp-good", slack_api_url=url)
-    with pytest.raises(ThreadbotError, match=r"^cannot reach Slack at http://127\.0\.0\.1:\d+/api/: "):
+    with pytest.raises(
+        ThreadbotError, match=r"^cannot reach Slack at http://127\.0\.0\.1:\d+/api/ \(SLACK_API_URL\): "
+    ):
         await check.check_slack(settings)
     monkeypatch.setattr(check, "CHECKS", {"slack": check.check_slack})
     assert await check.run_checks(settings) == 1
@@ -84,3 +93,12 @@ def test_metrics_are_prometheus_text() -> None:
     assert text.endswith("threadbot_tool_calls_running 2\n")
     with pytest.raises(KeyError):
         metrics.inc("no_such_counter")
+
+
+async def test_run_names_swapped_tokens_before_asking_slack(
+    slack: FakeSlack, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings(slack_bot_token="xapp-good", slack_app_token="xoxb-good", slack_api_url=slack.api_url)
+    with pytest.raises(ConfigError, match=r"^SLACK_BOT_TOKEN and SLACK_APP_TOKEN are swapped"):
+        await serve(settings, port=0)
+    assert slack.calls == []

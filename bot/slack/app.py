@@ -15,6 +15,7 @@ import aiohttp
 from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
 from slack_bolt.context.ack.async_ack import AsyncAck
+from slack_bolt.logger.messages import warning_client_prioritized_and_token_skipped, warning_token_skipped
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncRateLimitErrorRetryHandler,
@@ -24,6 +25,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.config import Settings
 from bot.errors import ConfigError, ThreadbotError
+from bot.slack import tokens
 from bot.slack.cancel import Canceller
 from bot.slack.events import MessageRouter
 from bot.slack.metrics import Metrics
@@ -64,11 +66,18 @@ def build_client(
 
 @dataclass(frozen=True, slots=True)
 class Identity:
-    """Who the bot is in Slack, from `auth.test`."""
+    """Who the bot is in Slack, from `auth.test`; the names are for people reading the log."""
 
     team_id: str
     user_id: str
     bot_id: str | None
+    user_name: str = ""
+    team_name: str = ""
+
+    def describe(self) -> str:
+        """`@threadbot (U123) in team "Acme" (T456)`."""
+        team = self.team_name or self.team_id
+        return f'@{self.user_name or self.user_id} ({self.user_id}) in team "{team}" ({self.team_id})'
 
 
 async def identify(client: AsyncWebClient) -> Identity:
@@ -76,10 +85,53 @@ async def identify(client: AsyncWebClient) -> Identity:
     try:
         response = await client.auth_test()
     except SlackApiError as exc:
-        raise ConfigError(f"SLACK_BOT_TOKEN: Slack refused it ({exc.response.get('error')})") from None
+        raise ConfigError(tokens.refused(tokens.BOT, exc.response.get("error"), client.base_url)) from None
     except (aiohttp.ClientError, OSError) as exc:  # OSError covers TimeoutError and refused connections
-        raise ThreadbotError(f"cannot reach Slack at {client.base_url}: {str(exc) or type(exc).__name__}") from exc
-    return Identity(str(response["team_id"]), str(response["user_id"]), response.get("bot_id"))
+        raise _unreachable(client, exc) from exc
+    return Identity(
+        team_id=str(response["team_id"]),
+        user_id=str(response["user_id"]),
+        bot_id=response.get("bot_id"),
+        user_name=str(response.get("user") or ""),
+        team_name=str(response.get("team") or ""),
+    )
+
+
+async def check_app_token(client: AsyncWebClient, app_token: str) -> None:
+    """Ask for a Socket Mode URL once: the SDK's own connect retries a refused token forever, quietly."""
+    try:
+        await client.apps_connections_open(app_token=app_token)
+    except SlackApiError as exc:
+        raise ConfigError(tokens.refused(tokens.APP, exc.response.get("error"), client.base_url)) from None
+    except (aiohttp.ClientError, OSError) as exc:
+        raise _unreachable(client, exc) from exc
+
+
+def _unreachable(client: AsyncWebClient, exc: BaseException) -> ThreadbotError:
+    return ThreadbotError(f"cannot reach Slack at {client.base_url} (SLACK_API_URL): {str(exc) or type(exc).__name__}")
+
+
+class _ExpectedBoltNotices(logging.Filter):
+    """Drops the two warnings bolt gives every app built like ours: a `client` and an `authorize` make
+    it ignore `SLACK_BOT_TOKEN`, which is the intent. Every other bolt record passes."""
+
+    EXPECTED = frozenset({warning_client_prioritized_and_token_skipped(), warning_token_skipped()})
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() not in self.EXPECTED
+
+
+def _bolt_logger() -> logging.Logger:
+    """The logger handed to bolt as its own `logger=`.
+
+    Without one, bolt builds its framework logger with `get_bolt_logger`, which copies the root
+    logger's level onto it at that moment, so a level set beforehand never holds. A logger passed in
+    is used as it is, for the app, its middleware and the Socket Mode client alike.
+    """
+    logger = logging.getLogger("slack_bolt")
+    if not any(isinstance(existing, _ExpectedBoltNotices) for existing in logger.filters):
+        logger.addFilter(_ExpectedBoltNotices())
+    return logger
 
 
 class Ingress:
@@ -133,14 +185,7 @@ def build_app(settings: Settings, client: AsyncWebClient, ingress: Ingress, me: 
             user_id=user_id,
         )
 
-    # Bolt warns that SLACK_BOT_TOKEN is unused since we give it a client and `authorize`: that is the intent.
-    bolt_log = logging.getLogger("slack_bolt.AsyncApp")
-    level = bolt_log.level
-    bolt_log.setLevel(logging.ERROR)
-    try:
-        app = AsyncApp(name="threadbot", client=client, signing_secret=secret, authorize=authorize)
-    finally:
-        bolt_log.setLevel(level)
+    app = AsyncApp(name="threadbot", client=client, signing_secret=secret, authorize=authorize, logger=_bolt_logger())
 
     async def on_message(body: dict[str, Any]) -> None:
         ingress.message(body)

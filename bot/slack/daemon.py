@@ -18,20 +18,21 @@ import signal
 import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot import __version__
 from bot.app import Core, open_core
 from bot.config import Settings
 from bot.errors import ConfigError, ThreadbotError
 from bot.schedule.heartbeat import HEARTBEAT_SESSION_PREFIX
-from bot.slack.app import Identity, Ingress, build_app, build_client, identify
+from bot.slack.app import Identity, Ingress, build_app, build_client, check_app_token, identify
 from bot.slack.cancel import Canceller
 from bot.slack.edits import EditScheduler
 from bot.slack.events import MessageRouter
 from bot.slack.filters import SESSION_PREFIX
 from bot.slack.metrics import Metrics
 from bot.slack.output import SlackEdge
+from bot.slack.tokens import token_problem
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,8 @@ async def serve(settings: Settings, *, port: int) -> None:
         raise ConfigError("SLACK_BOT_TOKEN: required for run (the bot token, xoxb-…)")
     if app_token is None and settings.slack_signing_secret is None:
         raise ConfigError("SLACK_SIGNING_SECRET: required in HTTP mode (or set SLACK_APP_TOKEN for Socket Mode)")
+    if (problem := token_problem(settings)) is not None:
+        raise ConfigError(problem)
     async with aiohttp.ClientSession() as session:
         client = build_client(settings, session)
         me = await identify(client)
@@ -61,6 +64,7 @@ async def serve(settings: Settings, *, port: int) -> None:
             log.warning("stopped without waiting for running work")
         finally:
             signals.remove()
+    log.info("threadbot stopped%s", signals.took())
 
 
 async def _run(
@@ -99,17 +103,29 @@ async def _run(
             stack.push_async_callback(runner.cleanup)
         app = build_app(settings, client, ingress, me)
         if app_token is not None:
-            await _check_app_token(client, app_token)
+            await check_app_token(client, app_token)
             handler = AsyncSocketModeHandler(app, app_token)
             stack.push_async_callback(handler.close_async)
             await handler.connect_async()  # type: ignore[no-untyped-call]
-            log.info("threadbot is up as <@%s> in team %s (Socket Mode)", me.user_id, me.team_id)
+            _log_start(settings, me, "Socket Mode")
         else:
             runner = await _listen(app.web_app(path=EVENTS_PATH, port=port), port)
             stack.push_async_callback(runner.cleanup)
-            log.info("threadbot is up as <@%s>: HTTP events on port %d%s", me.user_id, port, EVENTS_PATH)
+            _log_start(settings, me, f"HTTP events on port {port} at {EVENTS_PATH}")
         await stopping.wait()
         log.info("stopping: no new events; letting running work finish")
+
+
+def _log_start(settings: Settings, me: Identity, mode: str) -> None:
+    """One line that tells an operator who is up, where, and with what, in words."""
+    log.info(
+        "threadbot %s is up as %s; %s; model %s; data dir %s",
+        __version__,
+        me.describe(),
+        mode,
+        settings.bot_model,
+        settings.bot_data_dir.resolve(),
+    )
 
 
 def _ingress(
@@ -141,14 +157,6 @@ def _gauges(metrics: Metrics, core: Core, edge: SlackEdge, edits: EditScheduler,
     metrics.gauge("slack_edits_gone", "edits dropped: message gone", lambda: edits.stats.gone)
 
 
-async def _check_app_token(client: AsyncWebClient, app_token: str) -> None:
-    """Ask for a Socket Mode URL once: the SDK's own connect retries a refused token forever, quietly."""
-    try:
-        await client.apps_connections_open(app_token=app_token)
-    except SlackApiError as exc:
-        raise ConfigError(f"SLACK_APP_TOKEN: Slack refused it ({exc.response.get('error')})") from None
-
-
 async def _listen(app: web.Application, port: int) -> web.AppRunner:
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
     await runner.setup()
@@ -170,6 +178,7 @@ class _Signals:
         self._task = asyncio.current_task()
         self.stopping = asyncio.Event()
         self.forced = False
+        self._since: float | None = None
         for signum in self.SIGNALS:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(signum, self._on_signal, signum)
@@ -177,11 +186,16 @@ class _Signals:
     def _on_signal(self, signum: signal.Signals) -> None:
         if not self.stopping.is_set():
             log.info("%s received", signum.name)
+            self._since = self._loop.time()
             self.stopping.set()
         elif self._task is not None and not self.forced:
             log.warning("second %s: stopping now", signum.name)
             self.forced = True
             self._task.cancel()
+
+    def took(self) -> str:
+        """How long the stop took since the first signal, as a suffix for the final line."""
+        return "" if self._since is None else f" ({self._loop.time() - self._since:.1f}s after the signal)"
 
     def remove(self) -> None:
         for signum in self.SIGNALS:

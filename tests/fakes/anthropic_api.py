@@ -212,6 +212,7 @@ class FakeAnthropic:
     def __init__(self, default: ScriptItem | None = None) -> None:
         self.default: ScriptItem = default if default is not None else Reply.text_only("ok")
         self.requests: list[dict[str, Any]] = []
+        self.request_headers: list[dict[str, str]] = []  # per request, e.g. to see which API key was sent
         self.request_times: list[float] = []
         self.rejections: list[str] = []
         self.url = ""
@@ -272,6 +273,7 @@ class FakeAnthropic:
             body = None
         body = body if isinstance(body, dict) else {"_invalid_json": await request.text()}
         self.requests.append(body)
+        self.request_headers.append({k.lower(): v for k, v in request.headers.items()})
         self.request_times.append(time.perf_counter())
         async with self._arrived:
             self._arrived.notify_all()
