@@ -53,7 +53,13 @@ def anthropic_provider(settings: Settings, *, max_retries: int = 2) -> Anthropic
     client = anthropic.AsyncAnthropic(max_retries=max_retries)
     if client.api_key is None and client.auth_token is None:
         raise ConfigError("ANTHROPIC_API_KEY: not set (the Anthropic API key the model is called with)")
-    return AnthropicProvider(model=settings.bot_model, max_tokens=settings.bot_max_tokens, client=client)
+    return AnthropicProvider(
+        model=settings.bot_model,
+        max_tokens=settings.bot_max_tokens,
+        client=client,
+        idle_timeout_s=settings.bot_model_idle_timeout_s,
+        request_timeout_s=settings.bot_model_timeout_s,
+    )
 
 
 @contextlib.asynccontextmanager

@@ -100,6 +100,8 @@ class Settings(BaseSettings):
 
     bot_model: str = "claude-sonnet-5-5"
     bot_max_tokens: int = Field(8192, gt=0)
+    bot_model_idle_timeout_s: float = Field(90, gt=0)
+    bot_model_timeout_s: float = Field(600, gt=0)
     bot_data_dir: Path = Path("./data")
     bot_allowed_users: CommaList = ()
     bot_allowed_channels: CommaList = ()
