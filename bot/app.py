@@ -96,6 +96,7 @@ async def open_core(
             work_dir=settings.bot_data_dir / "work",
             max_concurrent=settings.bot_max_concurrent_tools,
             max_per_session=settings.bot_max_concurrent_tools_per_session,
+            max_io=settings.bot_max_concurrent_io_tools,
             default_timeout_s=settings.bot_tool_timeout_s,
             zone=settings.zone,
         )

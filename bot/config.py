@@ -110,6 +110,7 @@ class Settings(BaseSettings):
     bot_yield_on_injection: bool = True
     bot_max_concurrent_tools: int = Field(16, gt=0)
     bot_max_concurrent_tools_per_session: int = Field(8, gt=0)
+    bot_max_concurrent_io_tools: int = Field(1000, gt=0)
     bot_tool_timeout_s: float = Field(600, gt=0)
     bot_max_iterations: int = Field(25, gt=0)
     bot_max_injections_per_turn: int = Field(20, gt=0)

@@ -12,7 +12,7 @@ import os
 import signal
 from typing import Any
 
-from tools.base import ToolContext, ToolError, tool
+from tools.base import ToolContext, ToolError, ToolKind, tool
 
 KILL_GRACE_S = 2.0
 OUTPUT_KEEP_CHARS = 16_000
@@ -30,6 +30,7 @@ LINE_LIMIT_BYTES = 1 << 20
         "timeout_seconds": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_S},
     },
     required=("command",),
+    kind=ToolKind.PROCESS,
 )
 async def run_command(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     ctx.work_dir.mkdir(parents=True, exist_ok=True)

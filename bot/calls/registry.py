@@ -49,6 +49,7 @@ class CallRegistry:
         work_dir: Path,
         max_concurrent: int,
         max_per_session: int,
+        max_io: int,
         default_timeout_s: float,
         zone: tzinfo | None = None,
     ) -> None:
@@ -56,7 +57,7 @@ class CallRegistry:
         self._zone = zone
         self._writer = CallWriter(store)
         self._work_dir = work_dir
-        self._slots = Slots(max_concurrent=max_concurrent, max_per_session=max_per_session)
+        self._slots = Slots(max_concurrent=max_concurrent, max_per_session=max_per_session, max_io=max_io)
         self._default_timeout_s = default_timeout_s
         self._calls: OrderedDict[str, ToolCall] = OrderedDict()
         self._open_by_session: dict[str, set[str]] = {}
@@ -123,7 +124,7 @@ class CallRegistry:
         )
         timeout_s = tool.timeout_s or self._default_timeout_s
         try:
-            async with self._slots.hold(call.session_key) if tool.uses_slot else contextlib.nullcontext():
+            async with self._slots.hold(call.session_key, tool.kind) if tool.uses_slot else contextlib.nullcontext():
                 call.transition(CallStatus.RUNNING)
                 call.add_progress(ProgressKind.STARTED, {"tool": call.tool_name})
                 # Not awaited: the tool starts now, and its `running` row goes out with the next commit.
