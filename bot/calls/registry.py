@@ -21,6 +21,7 @@ from bot.calls.models import JSON, CallStatus, ProgressKind, ToolCall
 from bot.calls.slots import Slots
 from bot.calls.writer import CallWriter
 from bot.store import Store
+from bot.text import clean_json, clean_text
 from bot.types import CallListener
 from tools.base import Tool, ToolContext, ToolError
 
@@ -165,7 +166,7 @@ class CallRegistry:
         if not call.transition(status):
             return
         call.result = _jsonable(result)
-        call.error = error or call.error
+        call.error = clean_text(error) if error else call.error
         call.timed_out = timed_out
         if status is not CallStatus.CANCELLED:
             call.cancelled_by = None
@@ -334,9 +335,13 @@ class CallRegistry:
 
 
 def _jsonable(value: JSON) -> JSON:
-    """Results and progress are stored as JSON; anything else is kept as its text."""
+    """Results and progress are stored as JSON; anything else is kept as its text.
+
+    Strings are cleaned of lone surrogates (a file name with undecodable bytes, say): the
+    result goes to the store and the model, and neither can encode them.
+    """
     try:
         json.dumps(value)
     except (TypeError, ValueError):
-        return str(value)
-    return value
+        return clean_text(str(value))
+    return clean_json(value)
