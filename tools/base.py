@@ -55,6 +55,9 @@ class ToolContext:
     loop_thread: int = field(default_factory=threading.get_ident)
     zone: tzinfo | None = None
     """The operator's time zone (BOT_TIMEZONE); None means the host's."""
+    track_process_group: Callable[[int], Awaitable[None]] = field(default=lambda pgid: _untracked(pgid))
+    """Await it with the id of each process group the tool starts: the daemon records it with the call,
+    so a start after a crash can kill what is left of it."""
 
     def progress(self, payload: JSON, kind: str = "partial") -> None:
         """Record structured progress; safe to call from the event loop or from a tool's thread."""
@@ -65,6 +68,10 @@ class ToolContext:
 
     def log(self, line: str) -> None:
         self.progress(line, kind="log")
+
+
+async def _untracked(pgid: int) -> None:
+    """A context outside the registry (a test, a script) has nowhere to record groups."""
 
 
 @dataclass(frozen=True, slots=True)

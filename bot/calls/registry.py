@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from datetime import tzinfo
 from pathlib import Path
 
+from bot.calls import process_groups
 from bot.calls.models import JSON, CallStatus, ProgressKind, ToolCall
 from bot.calls.slots import Slots
 from bot.calls.writer import CallWriter
-from bot.store import Store
+from bot.store import ProcessGroupRecord, Store
 from bot.text import clean_json, clean_text
 from bot.types import CallListener
 from tools.base import Tool, ToolContext, ToolError
@@ -66,6 +67,8 @@ class CallRegistry:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._listeners: list[CallListener] = []
         self._abandoning = False
+        self._owner = process_groups.owner_token()
+        self._grouped: set[str] = set()
 
     def subscribe(self, listener: CallListener) -> None:
         self._listeners.append(listener)
@@ -75,6 +78,10 @@ class CallRegistry:
         orphans = await self._store.orphan_open_calls()
         if orphans:
             log.info("marked %d unfinished tool calls from a previous run as orphaned", len(orphans))
+        # What their commands started may still run (a SIGKILL leaves no time to clean up): end it now.
+        left = [record for record in await self._store.process_groups() if not process_groups.owner_alive(record)]
+        await process_groups.kill_left_over(left)
+        await self._store.forget_process_groups([record.call_id for record in left])
         return orphans
 
     # -- creating and running -------------------------------------------------------------
@@ -122,6 +129,7 @@ class CallRegistry:
             lambda kind, payload: self._progress(call, kind, payload),
             loop,
             zone=self._zone,
+            track_process_group=lambda pgid: self._track_group(call, pgid),
         )
         timeout_s = tool.timeout_s or self._default_timeout_s
         try:
@@ -154,6 +162,24 @@ class CallRegistry:
         finally:
             self._tasks.pop(call.id, None)
 
+    async def _track_group(self, call: ToolCall, pgid: int) -> None:
+        record = ProcessGroupRecord(call.id, pgid, process_groups.identity(pgid), self._owner)
+        self._grouped.add(call.id)
+        try:
+            await self._store.record_process_group(record)
+        except Exception:
+            # The command's lifeline still ends it with this process; only the clean-up at next start is lost.
+            log.warning("could not record process group %d of call %s", pgid, call.id)
+
+    async def _forget_group(self, call: ToolCall) -> None:
+        if call.id not in self._grouped:
+            return
+        self._grouped.discard(call.id)
+        try:
+            await self._store.forget_process_groups([call.id])
+        except Exception:
+            log.warning("could not forget the process group of call %s", call.id)
+
     async def _finish(
         self,
         call: ToolCall,
@@ -163,6 +189,7 @@ class CallRegistry:
         error: str | None = None,
         timed_out: bool = False,
     ) -> None:
+        await self._forget_group(call)  # the tool ended its processes before it returned or raised
         if not call.transition(status):
             return
         call.result = _jsonable(result)
