@@ -14,7 +14,7 @@ import pytest
 from fakes.anthropic_api import Reply, tool_use, user_texts
 from fakes.slack_api import FakeSlack
 from proc_groups import ECHO_PGID, assert_group_gone, group_exists, live_members
-from test_e2e_slack import WAIT_S, World, mention, own, status_posts, wait_text
+from test_e2e_slack import WAIT_S, World, mention, own, reply, status_posts, wait_text
 
 from bot.text import REPLACEMENT
 
@@ -70,3 +70,18 @@ async def test_a_killed_daemon_leaves_no_command_running(own: World) -> None:
     await slack.wait_for(orphaned, WAIT_S, "the call repainted as orphaned")
     with sqlite3.connect(daemon.data_dir / "bot.db") as db:
         assert db.execute("SELECT count(*) FROM call_processes").fetchone() == (0,)
+
+
+async def test_a_hung_model_stream_ends_with_one_line_in_the_thread(own: World) -> None:
+    slack, daemon, channel = own.slack, own.daemon, own.channel
+    daemon.env.update(BOT_MODEL_IDLE_TIMEOUT_S="0.5")
+    await daemon.start()
+    await daemon.connected()
+    own.script.add("are you there", Reply.stalled("pings"), Reply.text_only("Yes, now I am."))
+    event = await mention(slack, channel, "are you there")
+    line = await wait_text(slack, channel, event["ts"], "⚠️ Model error")
+    assert line.text == "⚠️ Model error: the model stopped sending its answer (nothing for 0.5s); please try again"
+    await reply(slack, channel, event["ts"], "try again")
+    await wait_text(slack, channel, event["ts"], "Yes, now I am.")
+    errors = [m for m in slack.posts_in_thread(channel, event["ts"]) if "Model error" in m.text]
+    assert len(errors) == 1

@@ -6,11 +6,14 @@ answers its next message: a stuck or cut-off answer costs that turn, never the t
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 from typing import Any
 
 from conftest import CoreFactory, RecordingOutput
 from fakes.anthropic_api import FakeAnthropic, Reply, text, tool_results, tool_use
+from test_console import bot_env, run_bot
 
 from bot.agent.turn import INCOMPLETE_CALL
 from bot.app import Core
@@ -141,3 +144,15 @@ async def test_a_broken_stream_without_tool_calls_is_a_clear_error(
     fake.script(Reply.text_only("The answer is 42."))
     again = await core.engine.run_turn(KEY, "tell me again")
     assert again is not None and again.text == "The answer is 42." and fake.rejections == []
+
+
+async def test_oneshot_reports_a_hung_stream_and_the_session_goes_on(fake: FakeAnthropic, tmp_path: Path) -> None:
+    fake.script(Reply.stalled("silent"), Reply.text_only("Answered."))
+    env = bot_env(fake, tmp_path, BOT_MODEL_IDLE_TIMEOUT_S="0.5")
+    code, out, err = await run_bot("oneshot", "--session", "hang", "hello?", env=env, cwd=tmp_path)
+    report = json.loads(out)
+    assert code == 1, err
+    assert report["error"] == "the model stopped sending its answer (nothing for 0.5s); please try again"
+    code, out, err = await run_bot("oneshot", "--session", "hang", "hello again", env=env, cwd=tmp_path)
+    assert code == 0, err
+    assert json.loads(out)["text"] == "Answered."
