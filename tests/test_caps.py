@@ -120,6 +120,12 @@ def test_a_tool_kind_defaults_to_the_cautious_cap() -> None:
 
     assert sync_one.kind is ToolKind.THREAD and async_one.kind is ToolKind.PROCESS
 
+    @tool("sync_shell", "A sync tool that starts a process.", kind=ToolKind.PROCESS)
+    def sync_shell(args: dict[str, Any], ctx: ToolContext) -> None:
+        return None
+
+    assert sync_shell.kind is ToolKind.PROCESS
+
 
 def test_a_sync_tool_cannot_claim_to_be_io() -> None:
     with pytest.raises(ValueError, match="always runs in a thread"):

@@ -42,6 +42,10 @@ class ToolError(Exception):
     """A failure the tool explains itself; its message is shown to the model as the call's error."""
 
 
+async def _untracked(pgid: int) -> None:
+    """A context outside the registry (a test, a script) has nowhere to record groups."""
+
+
 @dataclass(slots=True)
 class ToolContext:
     """Handed to each run: who is calling, where to report progress, how to notice a cancel."""
@@ -55,7 +59,7 @@ class ToolContext:
     loop_thread: int = field(default_factory=threading.get_ident)
     zone: tzinfo | None = None
     """The operator's time zone (BOT_TIMEZONE); None means the host's."""
-    track_process_group: Callable[[int], Awaitable[None]] = field(default=lambda pgid: _untracked(pgid))
+    track_process_group: Callable[[int], Awaitable[None]] = _untracked
     """Await it with the id of each process group the tool starts: the daemon records it with the call,
     so a start after a crash can kill what is left of it."""
 
@@ -68,10 +72,6 @@ class ToolContext:
 
     def log(self, line: str) -> None:
         self.progress(line, kind="log")
-
-
-async def _untracked(pgid: int) -> None:
-    """A context outside the registry (a test, a script) has nowhere to record groups."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +125,7 @@ def tool(
 
     def wrap(run: RunFunction) -> Tool:
         is_async = inspect.iscoroutinefunction(run)
-        if not is_async and kind not in (None, ToolKind.THREAD):
+        if not is_async and kind is ToolKind.IO:
             raise ValueError(f"tool {name!r}: a sync function always runs in a thread, it cannot be {kind}")
         resolved = kind or (ToolKind.PROCESS if is_async else ToolKind.THREAD)
         return Tool(
