@@ -35,7 +35,7 @@ SUPERVISOR = f"""
 exec 3<&0 0</dev/null
 ( trap '' TERM; read -r _ <&3; kill -TERM 0; sleep {KILL_GRACE_S:g}; kill -KILL 0 ) >/dev/null 2>&1 &
 watcher=$!
-sh -c "$1" 3<&- &
+/bin/sh -c "$1" 3<&- &
 command=$!
 exec 3<&-
 wait "$command"
