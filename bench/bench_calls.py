@@ -9,6 +9,9 @@ Run: `.venv/bin/python bench/bench_calls.py`. Prints figures, asserts nothing (t
 (3) injection-to-model latency while a 30 s tool runs, ≤ 0.5 s. Baseline: a loop that drains injections only
     after the tool batch finishes; its figure is the batch's length, so it is measured with a 2 s tool
     (a 30 s tool would give ~30 s) to keep the run short.
+(4) caps that fit the work (issue 9): 100 threads each running one `sleep_for`, default settings (global cap
+    16). Baseline: the same with `sleep_for` capped like a thread or subprocess, as every call was before;
+    the issue measured 70 s instead of 11 s for 10 s sleeps. Scaled to 2 s sleeps to keep the run short.
 Everything runs as the daemon wires it (`open_core`) on a temporary SQLite file; (3) talks to the fake
 Messages API through the real anthropic SDK over 127.0.0.1.
 """
@@ -16,6 +19,7 @@ Messages API through the real anthropic SDK over 127.0.0.1.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import resource
 import sys
@@ -39,7 +43,7 @@ from bot.config import load_settings  # noqa: E402
 from bot.model.anthropic import AnthropicProvider  # noqa: E402
 from bot.store import Store  # noqa: E402
 from bot.types import ModelReply, ModelRequest, TextSink  # noqa: E402
-from tools.base import Tool, ToolContext, tool  # noqa: E402
+from tools.base import Tool, ToolContext, ToolKind, tool  # noqa: E402
 from tools.run_command import run_command  # noqa: E402
 from tools.sleep_for import sleep_for  # noqa: E402
 
@@ -49,6 +53,7 @@ SESSIONS = 100
 INJECTION_RUNS = 10
 BASELINE_TOOL_S = 2.0
 BASELINE_RUNS = 3
+CAPS_SLEEP_S = 2.0
 
 
 class InstantModel:
@@ -142,6 +147,7 @@ async def thousand_sleeps_registry(data_dir: Path, *, writes: bool = True) -> fl
         work_dir=data_dir / "work",
         max_concurrent=CONCURRENT_CALLS,
         max_per_session=10,
+        max_io=CONCURRENT_CALLS,
         default_timeout_s=600,
     )
     sessions = [f"bench:many:{i}" for i in range(SESSIONS)]
@@ -206,6 +212,40 @@ async def thousand_bare_sleeps() -> float:
     start = time.perf_counter()
     await asyncio.gather(*(asyncio.sleep(1) for _ in range(CONCURRENT_CALLS)))
     return time.perf_counter() - start
+
+
+# --- (4) I/O waits are not throttled like threads ---------------------------------------------------------
+
+
+class OneSleepModel:
+    """Each turn's first answer asks for one sleep_for; the second one ends the turn."""
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds = seconds
+
+    async def complete(self, request: ModelRequest, on_text: TextSink | None = None) -> ModelReply:
+        last = request.messages[-1]["content"]
+        if any(block.get("type") == "tool_result" for block in last):
+            return ModelReply([{"type": "text", "text": "slept"}], "end_turn")
+        call_id = f"toolu_{next(_ids):010d}"
+        use = {"type": "tool_use", "id": call_id, "name": "sleep_for", "input": {"seconds": self._seconds}}
+        return ModelReply([use], "tool_use")
+
+
+async def hundred_threads_sleeping(data_dir: Path, *, seconds: float, capped_like_threads: bool) -> float:
+    """100 sessions, one sleep_for each, default caps: wall time until every turn is done."""
+    settings = load_settings(_env_file=None, bot_data_dir=data_dir)
+    edge = Edge()
+    async with open_core(settings, edge, provider=OneSleepModel(seconds)) as core:  # type: ignore[arg-type]
+        if capped_like_threads:
+            core.toolbox.add(dataclasses.replace(sleep_for, kind=ToolKind.PROCESS))
+        start = time.perf_counter()
+        for i in range(SESSIONS):
+            core.engine.submit(f"bench:caps:{i}", "sleep")
+        await asyncio.gather(*(core.engine.settle(f"bench:caps:{i}") for i in range(SESSIONS)))
+        wall = time.perf_counter() - start
+        assert all(edge.finished.get(f"bench:caps:{i}") == 1 for i in range(SESSIONS)), edge.finished
+    return wall
 
 
 # --- (3) injection while a long tool runs ---------------------------------------------------------------
@@ -279,6 +319,12 @@ async def main() -> None:
             )
             line(f"baseline: drained after the batch ({BASELINE_TOOL_S:g} s tool)", baseline)
             print(f"  {'':<46} (with the 30 s tool: ~{pct(baseline, 50) / 1000 / BASELINE_TOOL_S * 30:.0f} s)")
+
+        print(f"\n(4) {SESSIONS} threads × sleep_for({CAPS_SLEEP_S:g}), default caps (16 for threads/processes)")
+        after = await hundred_threads_sleeping(data_dir / "caps-io", seconds=CAPS_SLEEP_S, capped_like_threads=False)
+        before = await hundred_threads_sleeping(data_dir / "caps-old", seconds=CAPS_SLEEP_S, capped_like_threads=True)
+        print(f"  {'threadbot (sleep_for is an I/O call)':<46} {after:6.2f} s   target ≈ {CAPS_SLEEP_S:g} s")
+        print(f"  {'baseline: sleep_for capped like a thread':<46} {before:6.2f} s")
 
 
 if __name__ == "__main__":

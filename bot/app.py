@@ -69,7 +69,13 @@ def anthropic_provider(
     )
     if client.api_key is None and client.auth_token is None and client.credentials is None:
         raise ConfigError("ANTHROPIC_API_KEY: not set (the Anthropic API key the model is called with)")
-    return AnthropicProvider(model=settings.bot_model, max_tokens=settings.bot_max_tokens, client=client)
+    return AnthropicProvider(
+        model=settings.bot_model,
+        max_tokens=settings.bot_max_tokens,
+        client=client,
+        idle_timeout_s=settings.bot_model_idle_timeout_s,
+        request_timeout_s=settings.bot_model_timeout_s,
+    )
 
 
 @contextlib.asynccontextmanager
@@ -106,6 +112,7 @@ async def open_core(
             work_dir=settings.bot_data_dir / "work",
             max_concurrent=settings.bot_max_concurrent_tools,
             max_per_session=settings.bot_max_concurrent_tools_per_session,
+            max_io=settings.bot_max_concurrent_io_tools,
             default_timeout_s=settings.bot_tool_timeout_s,
             zone=settings.zone,
         )

@@ -107,6 +107,8 @@ class Settings(BaseSettings):
 
     bot_model: str = "claude-sonnet-5-5"
     bot_max_tokens: int = Field(8192, gt=0)
+    bot_model_idle_timeout_s: float = Field(90, gt=0)
+    bot_model_timeout_s: float = Field(600, gt=0)
     bot_data_dir: Path = Path("./data")
     bot_allowed_users: CommaList = ()
     bot_allowed_channels: CommaList = ()
@@ -115,6 +117,7 @@ class Settings(BaseSettings):
     bot_yield_on_injection: bool = True
     bot_max_concurrent_tools: int = Field(16, gt=0)
     bot_max_concurrent_tools_per_session: int = Field(8, gt=0)
+    bot_max_concurrent_io_tools: int = Field(1000, gt=0)
     bot_tool_timeout_s: float = Field(600, gt=0)
     bot_max_iterations: int = Field(25, gt=0)
     bot_max_injections_per_turn: int = Field(20, gt=0)

@@ -29,10 +29,15 @@ class ModelRequest:
 
 @dataclass(frozen=True, slots=True)
 class ModelReply:
-    """One finished model response: its content blocks as API dicts and why it stopped."""
+    """One finished model response: its content blocks as API dicts and why it stopped.
+
+    `incomplete_tool_ids` names tool_use blocks whose input was cut off (the output limit,
+    a broken stream): their `input` is only the part that arrived, so they must not run.
+    """
 
     content: list[dict[str, JSON]]
     stop_reason: str
+    incomplete_tool_ids: frozenset[str] = frozenset()
 
     @property
     def text(self) -> str:

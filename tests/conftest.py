@@ -247,7 +247,13 @@ class CoreFactory:
         """
         settings = settings or self._make_settings(**overrides)
         client = anthropic.AsyncAnthropic(base_url=self._fake.url, api_key="test", max_retries=max_retries)
-        provider = AnthropicProvider(model=MODEL, max_tokens=1024, client=client)
+        provider = AnthropicProvider(
+            model=MODEL,
+            max_tokens=1024,
+            client=client,
+            idle_timeout_s=settings.bot_model_idle_timeout_s,
+            request_timeout_s=settings.bot_model_timeout_s,
+        )
         stack = contextlib.AsyncExitStack()
         stack.push_async_callback(client.close)
         try:

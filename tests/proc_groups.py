@@ -12,6 +12,8 @@ import os
 import time
 from pathlib import Path
 
+ECHO_PGID = "echo pgid $(cut -d' ' -f5 /proc/$$/stat)"
+"""Shell that prints its process group: run_command's shell is not the group's leader (its supervisor is)."""
 REAP_WAIT_S = 5.0
 """Some inits (a container's PID 1) reap orphans only every couple of seconds."""
 

@@ -187,3 +187,37 @@ def test_validate_rejects_malformed_requests(change: dict[str, Any], expected: s
     body = {"model": MODEL, "max_tokens": 10, "messages": HELLO, **change}
     body = {k: v for k, v in body.items() if v is not None}
     assert expected in (validate_request(body) or "")
+
+
+async def test_cut_tool_input_ends_at_the_output_limit(fake: FakeAnthropic, client: anthropic.AsyncAnthropic) -> None:
+    fake.script(Reply.cut_tool_input(tool_use("sleep_for", {"seconds": 10}), keep_chars=13))
+    async with client.messages.stream(model=MODEL, max_tokens=10, messages=HELLO) as stream:
+        raw = "".join([e.partial_json async for e in stream if e.type == "input_json"])
+        final = await stream.get_final_message()
+    assert raw == '{"seconds": 1' and final.stop_reason == "max_tokens"
+    assert final.content[0].type == "tool_use" and final.content[0].input == {"seconds": 1}  # the SDK's partial parse
+
+
+async def test_cut_tool_input_with_disconnect_drops_the_connection(
+    fake: FakeAnthropic, client: anthropic.AsyncAnthropic
+) -> None:
+    fake.script(Reply.cut_tool_input(tool_use("sleep_for", {"seconds": 10}), keep_chars=13, disconnect=True))
+    kinds: list[str] = []
+    with pytest.raises(Exception, match="incomplete chunked read"):
+        async with client.messages.stream(model=MODEL, max_tokens=10, messages=HELLO) as stream:
+            kinds.extend([e.type async for e in stream])
+    assert "content_block_stop" not in kinds and "message_stop" not in kinds
+
+
+@pytest.mark.parametrize("how", ["silent", "pings"])
+async def test_stalled_stream_hangs_after_the_first_delta(
+    fake: FakeAnthropic, client: anthropic.AsyncAnthropic, how: str
+) -> None:
+    fake.script(Reply.stalled(how))  # type: ignore[arg-type]
+    async with client.messages.stream(model=MODEL, max_tokens=10, messages=HELLO) as stream:
+        texts = stream.text_stream
+        assert await anext(texts) == "Let "
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.3):
+                await anext(texts)
+    assert fake.stalls == 1

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from conftest import CoreFactory, RecordingOutput
 from fakes.anthropic_api import FakeAnthropic, Reply, tool_results, tool_use
-from proc_groups import assert_group_gone
+from proc_groups import ECHO_PGID, assert_group_gone
 
 from bot.app import Core
 from bot.calls.models import PROGRESS_LOG_LIMIT, PROGRESS_PAYLOAD_MAX_CHARS, CallStatus, ProgressKind, ToolCall
@@ -373,7 +373,7 @@ async def test_cancel_threaded_tool(core: Core) -> None:
 
 
 async def test_cancel_subprocess_tool_kills_the_process_group(core: Core, output: RecordingOutput) -> None:
-    call = await submit(core, run_command, {"command": "echo pgid $$; sleep 30 & sleep 30; wait"})
+    call = await submit(core, run_command, {"command": f"{ECHO_PGID}; sleep 30 & sleep 30; wait"})
     await output.wait_for(lambda: any(e.kind is ProgressKind.LOG for e in call.progress))
     line = next(e.payload for e in call.progress if e.kind is ProgressKind.LOG)
     pgid = int(line.split()[1])

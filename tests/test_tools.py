@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from proc_groups import assert_group_gone, group_exists
+from proc_groups import ECHO_PGID, assert_group_gone, group_exists
 
 from tools import builtin_tools
 from tools.base import Tool, ToolContext, ToolError, tool
@@ -19,7 +19,7 @@ from tools.run_command import run_command
 from tools.sleep_for import sleep_for
 from tools.wordcount import wordcount
 
-GROUP_AND_TWO_SLEEPS = "echo pgid $$; sleep 30 & sleep 30; wait"
+GROUP_AND_TWO_SLEEPS = f"{ECHO_PGID}; sleep 30 & sleep 30; wait"
 
 
 @dataclass
@@ -211,7 +211,7 @@ async def test_run_command_timeout_fails_and_kills_the_group(tmp_path: Path) -> 
 
 async def test_run_command_term_ignoring_child_is_killed_after_the_grace(tmp_path: Path) -> None:
     recorder = Recorder()
-    command = "trap '' TERM; echo pgid $$; sleep 30 & wait"
+    command = f"trap '' TERM; {ECHO_PGID}; sleep 30 & wait"
     task = asyncio.create_task(run_command.run({"command": command}, make_ctx(tmp_path, recorder)))  # type: ignore[arg-type]
     await recorder.wait_count(1)
     pgid = int(recorder.entries[0][2].split()[1])

@@ -4,6 +4,10 @@ A tool is a frozen `Tool` built by the `tool()` factory: name, description, JSON
 input schema and a run function, sync or async. Async tools are cancelled with
 `CancelledError`; sync tools run in a worker thread and must watch
 `ctx.cancelled`, a `threading.Event`, since a thread cannot be interrupted.
+
+Each tool also says what kind of work it does (`ToolKind`), because the caps
+differ: a call that only awaits I/O costs a coroutine, while a thread or a
+subprocess costs the machine.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import tzinfo
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +27,23 @@ ProgressSink = Callable[[str, JSON], None]
 RunFunction = Callable[[dict[str, JSON], "ToolContext"], Awaitable[JSON] | JSON]
 
 
+class ToolKind(StrEnum):
+    """What a call occupies while it runs; the registry caps `io` calls apart from the other two."""
+
+    IO = "io"
+    """Awaits I/O in the event loop (a sleep, a remote call, an MCP request): cheap to have many of."""
+    THREAD = "thread"
+    """Runs in a worker thread; every sync tool is one."""
+    PROCESS = "process"
+    """Starts subprocesses, or does work whose cost is unknown: the cautious default for async tools."""
+
+
 class ToolError(Exception):
     """A failure the tool explains itself; its message is shown to the model as the call's error."""
+
+
+async def _untracked(pgid: int) -> None:
+    """A context outside the registry (a test, a script) has nowhere to record groups."""
 
 
 @dataclass(slots=True)
@@ -39,6 +59,9 @@ class ToolContext:
     loop_thread: int = field(default_factory=threading.get_ident)
     zone: tzinfo | None = None
     """The operator's time zone (BOT_TIMEZONE); None means the host's."""
+    track_process_group: Callable[[int], Awaitable[None]] = _untracked
+    """Await it with the id of each process group the tool starts: the daemon records it with the call,
+    so a start after a crash can kill what is left of it."""
 
     def progress(self, payload: JSON, kind: str = "partial") -> None:
         """Record structured progress; safe to call from the event loop or from a tool's thread."""
@@ -60,6 +83,7 @@ class Tool:
     timeout_s: float | None = None
     uses_slot: bool = True
     quick: bool = False
+    kind: ToolKind = ToolKind.PROCESS
 
     @property
     def is_async(self) -> bool:
@@ -85,18 +109,27 @@ def tool(
     timeout_s: float | None = None,
     uses_slot: bool = True,
     quick: bool = False,
+    kind: ToolKind | None = None,
 ) -> Callable[[RunFunction], Tool]:
     """Declare a tool around its run function: `@tool("now", "Current time.")`.
 
     `uses_slot=False` keeps a call out of the concurrency caps (system tools must
     work while every slot is busy); `quick=True` promises it finishes at once, so
-    a caller that never waits for background work may still wait for it.
+    a caller that never waits for background work may still wait for it. `kind`
+    defaults to `thread` for a sync function and to `process` for an async one; an
+    async tool that only awaits I/O declares `ToolKind.IO` to escape the tight cap.
     """
     schema: dict[str, JSON] = {"type": "object", "properties": properties or {}, "additionalProperties": False}
     if required:
         schema["required"] = list(required)
 
     def wrap(run: RunFunction) -> Tool:
-        return Tool(name, description, schema, run, timeout_s=timeout_s, uses_slot=uses_slot, quick=quick)
+        is_async = inspect.iscoroutinefunction(run)
+        if not is_async and kind is ToolKind.IO:
+            raise ValueError(f"tool {name!r}: a sync function always runs in a thread, it cannot be {kind}")
+        resolved = kind or (ToolKind.PROCESS if is_async else ToolKind.THREAD)
+        return Tool(
+            name, description, schema, run, timeout_s=timeout_s, uses_slot=uses_slot, quick=quick, kind=resolved
+        )
 
     return wrap

@@ -2,6 +2,16 @@
 
 The reference for cancelling real work: the whole process group gets SIGTERM,
 then SIGKILL after a short grace, so children of the shell die too.
+
+Nothing of the command outlives the daemon either, even a daemon killed with
+SIGKILL. The command runs under a small supervising shell whose stdin is a
+"lifeline" pipe only the daemon holds open. When the daemon dies, for any
+reason, the kernel closes it; a watcher in the group reads end-of-file and sends
+SIGTERM, then SIGKILL, to the whole group. `prctl(PR_SET_PDEATHSIG)` would only
+reach the shell, not its children (the setting is not inherited across fork),
+and it needs a `preexec_fn`, which is unsafe in a process with threads. The
+group is also recorded with the call, so a start after a crash kills whatever
+is left (a member that escaped its group with `setsid` escapes both).
 """
 
 from __future__ import annotations
@@ -12,13 +22,27 @@ import os
 import signal
 from typing import Any
 
-from tools.base import ToolContext, ToolError, tool
+from tools.base import ToolContext, ToolError, ToolKind, tool
 
 KILL_GRACE_S = 2.0
 OUTPUT_KEEP_CHARS = 16_000
 DEFAULT_TIMEOUT_S = 300
 MAX_TIMEOUT_S = 3600
 LINE_LIMIT_BYTES = 1 << 20
+# $1 is the command. fd 3 keeps the lifeline for the watcher; the command gets neither it nor stdin.
+# The watcher ignores the group's SIGTERM so it can follow up with SIGKILL; it is killed when the command ends.
+SUPERVISOR = f"""
+exec 3<&0 0</dev/null
+( trap '' TERM; read -r _ <&3; kill -TERM 0; sleep {KILL_GRACE_S:g}; kill -KILL 0 ) >/dev/null 2>&1 &
+watcher=$!
+/bin/sh -c "$1" 3<&- &
+command=$!
+exec 3<&-
+wait "$command"
+status=$?
+kill -KILL "$watcher" 2>/dev/null
+exit "$status"
+"""
 
 
 @tool(
@@ -30,22 +54,35 @@ LINE_LIMIT_BYTES = 1 << 20
         "timeout_seconds": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_S},
     },
     required=("command",),
+    kind=ToolKind.PROCESS,
 )
 async def run_command(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     ctx.work_dir.mkdir(parents=True, exist_ok=True)
-    process = await asyncio.create_subprocess_shell(
-        args["command"],
-        cwd=ctx.work_dir,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True,
-        limit=LINE_LIMIT_BYTES,
-    )
+    lifeline, keep_alive = os.pipe()  # both ends close on exec: only the supervisor's stdin gets one
+    try:
+        process = await asyncio.create_subprocess_exec(
+            "/bin/sh",
+            "-c",
+            SUPERVISOR,
+            "sh",
+            args["command"],
+            cwd=ctx.work_dir,
+            stdin=lifeline,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+            limit=LINE_LIMIT_BYTES,
+        )
+    except BaseException:
+        os.close(keep_alive)
+        raise
+    finally:
+        os.close(lifeline)
     output = _Tail(OUTPUT_KEEP_CHARS)
     timeout_s = float(args.get("timeout_seconds", DEFAULT_TIMEOUT_S))
     finished = False
     try:
+        await ctx.track_process_group(process.pid)
         async with asyncio.timeout(timeout_s):
             await _stream_lines(process, ctx, output)
             code = await process.wait()
@@ -56,6 +93,7 @@ async def run_command(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         # Whatever ended the wait early (cancel, timeout, a read error), nothing of the command outlives it.
         if not finished:
             await _terminate_group(process)
+        os.close(keep_alive)
     return {"exit_code": code, "output": output.text, "truncated": output.truncated}
 
 

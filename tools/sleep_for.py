@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tools.base import ToolContext, tool
+from tools.base import ToolContext, ToolKind, tool
 
 MAX_SLEEP_S = 24 * 3600
 
@@ -15,6 +15,7 @@ MAX_SLEEP_S = 24 * 3600
     "Sleep for a number of seconds, reporting progress every second. Useful to wait for something.",
     {"seconds": {"type": "number", "minimum": 0, "maximum": MAX_SLEEP_S, "description": "How long to sleep."}},
     required=("seconds",),
+    kind=ToolKind.IO,
 )
 async def sleep_for(args: dict[str, Any], ctx: ToolContext) -> str:
     # An async sleep is cancelled at once by Task.cancel(), which is what makes

@@ -28,6 +28,10 @@ log = logging.getLogger(__name__)
 
 MAX_CONTINUATIONS = 2
 MALFORMED_CALL = "the tool call was malformed (missing id or arguments not a JSON object)"
+INCOMPLETE_CALL = (
+    "not run: the call's arguments were cut off before they were complete (the output limit was reached "
+    "or the stream broke); call it again with complete arguments"
+)
 STOP_NOTICES = {
     "refusal": "The model declined to continue with this request.",
     "max_tokens": "The answer was cut off at the output limit.",
@@ -134,7 +138,7 @@ class TurnRunner:
             outcome.text = outcome.text + reply.text if cut_off else reply.text or outcome.text
             outcome.stop_reason = reply.stop_reason
             cut_off = reply.stop_reason == "pause_turn"  # the next reply goes on from this one
-            if reply.stop_reason == "max_tokens" and continuations < MAX_CONTINUATIONS:
+            if reply.stop_reason == "max_tokens" and continuations < MAX_CONTINUATIONS and not reply.tool_uses:
                 continuations += 1
                 cut_off = True
                 protocol.append_user(messages, [protocol.text_block(CONTINUE_NOTE)])
@@ -171,9 +175,6 @@ class TurnRunner:
             return None
         reply = ask.result()
         self._output.text_done(key)
-        if reply.stop_reason == "max_tokens":
-            # A tool_use cut off by the limit has partial arguments; it is dropped, not run.
-            reply = ModelReply([b for b in reply.content if b.get("type") != "tool_use"], reply.stop_reason)
         if not reply.content:
             reply = ModelReply([protocol.text_block("(no reply)")], reply.stop_reason)
         return reply
@@ -203,6 +204,9 @@ class TurnRunner:
                         tool=toolbox.get(block["name"]),
                         error=MALFORMED_CALL
                         if block["id"] in malformed
+                        # A cut-off call's input is only what arrived: it looks valid and means something else.
+                        else INCOMPLETE_CALL
+                        if block["id"] in reply.incomplete_tool_ids
                         else toolbox.problem(block["name"], block["input"]),
                     )
                     for block in reply.tool_uses

@@ -17,10 +17,12 @@ from dataclasses import dataclass
 from datetime import tzinfo
 from pathlib import Path
 
+from bot.calls import process_groups
 from bot.calls.models import JSON, CallStatus, ProgressKind, ToolCall
 from bot.calls.slots import Slots
 from bot.calls.writer import CallWriter
-from bot.store import Store
+from bot.store import ProcessGroupRecord, Store
+from bot.text import clean_json, clean_text
 from bot.types import CallListener
 from tools.base import Tool, ToolContext, ToolError
 
@@ -49,6 +51,7 @@ class CallRegistry:
         work_dir: Path,
         max_concurrent: int,
         max_per_session: int,
+        max_io: int,
         default_timeout_s: float,
         zone: tzinfo | None = None,
     ) -> None:
@@ -56,7 +59,7 @@ class CallRegistry:
         self._zone = zone
         self._writer = CallWriter(store)
         self._work_dir = work_dir
-        self._slots = Slots(max_concurrent=max_concurrent, max_per_session=max_per_session)
+        self._slots = Slots(max_concurrent=max_concurrent, max_per_session=max_per_session, max_io=max_io)
         self._default_timeout_s = default_timeout_s
         self._calls: OrderedDict[str, ToolCall] = OrderedDict()
         self._open_by_session: dict[str, set[str]] = {}
@@ -64,6 +67,8 @@ class CallRegistry:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._listeners: list[CallListener] = []
         self._abandoning = False
+        self._owner = process_groups.owner_token()
+        self._grouped: set[str] = set()
 
     def subscribe(self, listener: CallListener) -> None:
         self._listeners.append(listener)
@@ -73,6 +78,10 @@ class CallRegistry:
         orphans = await self._store.orphan_open_calls()
         if orphans:
             log.info("marked %d unfinished tool calls from a previous run as orphaned", len(orphans))
+        # What their commands started may still run (a SIGKILL leaves no time to clean up): end it now.
+        left = [record for record in await self._store.process_groups() if not process_groups.owner_alive(record)]
+        await process_groups.kill_left_over(left)
+        await self._store.forget_process_groups([record.call_id for record in left])
         return orphans
 
     # -- creating and running -------------------------------------------------------------
@@ -120,10 +129,11 @@ class CallRegistry:
             lambda kind, payload: self._progress(call, kind, payload),
             loop,
             zone=self._zone,
+            track_process_group=lambda pgid: self._track_group(call, pgid),
         )
         timeout_s = tool.timeout_s or self._default_timeout_s
         try:
-            async with self._slots.hold(call.session_key) if tool.uses_slot else contextlib.nullcontext():
+            async with self._slots.hold(call.session_key, tool.kind) if tool.uses_slot else contextlib.nullcontext():
                 call.transition(CallStatus.RUNNING)
                 call.add_progress(ProgressKind.STARTED, {"tool": call.tool_name})
                 # Not awaited: the tool starts now, and its `running` row goes out with the next commit.
@@ -152,6 +162,24 @@ class CallRegistry:
         finally:
             self._tasks.pop(call.id, None)
 
+    async def _track_group(self, call: ToolCall, pgid: int) -> None:
+        record = ProcessGroupRecord(call.id, pgid, process_groups.identity(pgid), self._owner)
+        self._grouped.add(call.id)
+        try:
+            await self._store.record_process_group(record)
+        except Exception:
+            # The command's lifeline still ends it with this process; only the clean-up at next start is lost.
+            log.warning("could not record process group %d of call %s", pgid, call.id)
+
+    async def _forget_group(self, call: ToolCall) -> None:
+        if call.id not in self._grouped:
+            return
+        self._grouped.discard(call.id)
+        try:
+            await self._store.forget_process_groups([call.id])
+        except Exception:
+            log.warning("could not forget the process group of call %s", call.id)
+
     async def _finish(
         self,
         call: ToolCall,
@@ -161,10 +189,11 @@ class CallRegistry:
         error: str | None = None,
         timed_out: bool = False,
     ) -> None:
+        await self._forget_group(call)  # the tool ended its processes before it returned or raised
         if not call.transition(status):
             return
         call.result = _jsonable(result)
-        call.error = error or call.error
+        call.error = clean_text(error) if error else call.error
         call.timed_out = timed_out
         if status is not CallStatus.CANCELLED:
             call.cancelled_by = None
@@ -333,9 +362,13 @@ class CallRegistry:
 
 
 def _jsonable(value: JSON) -> JSON:
-    """Results and progress are stored as JSON; anything else is kept as its text."""
+    """Results and progress are stored as JSON; anything else is kept as its text.
+
+    Strings are cleaned of lone surrogates (a file name with undecodable bytes, say): the
+    result goes to the store and the model, and neither can encode them.
+    """
     try:
         json.dumps(value)
     except (TypeError, ValueError):
-        return str(value)
-    return value
+        return clean_text(str(value))
+    return clean_json(value)

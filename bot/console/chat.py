@@ -10,6 +10,7 @@ same with piped stdin: at end of input it lets the running turn finish first.
 from __future__ import annotations
 
 import asyncio
+import io
 import signal
 import sys
 import threading
@@ -19,6 +20,7 @@ from bot.agent.engine import Engine
 from bot.app import open_core
 from bot.config import Settings
 from bot.console.output import ConsoleOutput
+from bot.text import clean_text
 
 EOF_MARK = None
 
@@ -113,11 +115,16 @@ class ConsoleChat:
     def _read_stdin(self, loop: asyncio.AbstractEventLoop) -> None:
         try:
             for line in self._stdin:
-                loop.call_soon_threadsafe(self._lines.put_nowait, line.rstrip("\n"))
+                # Undecodable input bytes arrive as lone surrogates (surrogateescape); the model cannot take them.
+                loop.call_soon_threadsafe(self._lines.put_nowait, clean_text(line.rstrip("\n")))
             loop.call_soon_threadsafe(self._lines.put_nowait, EOF_MARK)
         except RuntimeError:
             return  # the loop closed while we waited for input: the chat is over
 
 
 async def chat(settings: Settings, *, session: str) -> int:
+    if isinstance(sys.stdin, io.TextIOWrapper):
+        # Under a UTF-8 locale stdin is strict: one undecodable byte would end the chat. Keep the bytes as
+        # surrogates instead; `clean_text` turns them into U+FFFD for the model.
+        sys.stdin.reconfigure(errors="surrogateescape")
     return await ConsoleChat(settings, session=session, stdin=sys.stdin, stdout=sys.stdout).run()

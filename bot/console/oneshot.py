@@ -20,6 +20,7 @@ from bot.app import open_core
 from bot.calls.models import ToolCall
 from bot.config import Settings
 from bot.errors import ThreadbotError
+from bot.text import clean_text
 from bot.types import TurnOutcome
 
 
@@ -91,7 +92,7 @@ async def oneshot(
     async with open_core(settings, output, abandon_on_exit=not wait_for_async, owns=owns) as core:
         if resume and await core.store.get_session(session_key) is None:
             raise ThreadbotError(f"nothing to resume: no session {session_key!r} in {settings.db_path}")
-        content = [protocol.text_block(prompt)] if prompt else []
+        content = [protocol.text_block(clean_text(prompt))] if prompt else []  # argv may hold undecodable bytes
         outcome = await core.engine.run_turn(session_key, content, stop_at_first_wait=not wait_for_async)
         if wait_for_async:
             await core.engine.settle(session_key)

@@ -1,60 +1,129 @@
-"""`Provider` on the anthropic SDK: streaming, the SDK's own retries, errors made readable.
+"""`Provider` on the anthropic SDK: streaming, the SDK's own retries, bounded waits, errors made readable.
 
 The SDK already retries 408/409/429/5xx/529 with backoff and honours
-`retry-after`; this module only turns what is left into a `ModelError` whose
-message can be shown to a person as is.
+`retry-after`, but only until the answer starts streaming. What can go wrong
+after that is handled here: a stream that goes quiet (silent, or sending only
+pings) is given up after `idle_timeout_s` and asked again, as the SDK would, if
+nothing of it reached anyone yet; the whole request, retries included, has
+`request_timeout_s`; and a stream that breaks off keeps its finished tool calls
+while the cut-off ones are named, so the turn answers them with an error instead
+of running them. Whatever is left becomes a `ModelError` whose message can be
+shown to a person as it is.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from typing import Any
 
 import anthropic
+import httpx2
 
 from bot.errors import ModelError
+from bot.model.stream_reader import StreamReader, StreamStalled
 from bot.types import JSON, ModelReply, ModelRequest, TextSink
 
 log = logging.getLogger(__name__)
 
+DEFAULT_IDLE_TIMEOUT_S = 90.0
+DEFAULT_REQUEST_TIMEOUT_S = 600.0
+
 
 class AnthropicProvider:
-    def __init__(self, *, model: str, max_tokens: int, client: anthropic.AsyncAnthropic) -> None:
+    def __init__(
+        self,
+        *,
+        model: str,
+        max_tokens: int,
+        client: anthropic.AsyncAnthropic,
+        idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+    ) -> None:
         self._model = model
         self._max_tokens = max_tokens
         self._client = client
+        self._idle_timeout_s = idle_timeout_s
+        self._request_timeout_s = request_timeout_s
 
     async def complete(self, request: ModelRequest, on_text: TextSink | None = None) -> ModelReply:
-        extra: dict[str, JSON] = {}
+        params: dict[str, Any] = {
+            "model": self._model,
+            "max_tokens": request.max_tokens or self._max_tokens,
+            "system": request.system,
+            "messages": request.messages,
+        }
         if request.tools:
-            extra["tools"] = request.tools
+            params["tools"] = request.tools
         if request.tool_choice:
-            extra["tool_choice"] = request.tool_choice
+            params["tool_choice"] = request.tool_choice
+        deadline = asyncio.timeout(self._request_timeout_s)
         try:
-            async with self._client.messages.stream(
-                model=self._model,
-                max_tokens=request.max_tokens or self._max_tokens,
-                system=request.system,
-                messages=request.messages,  # type: ignore[arg-type]
-                **extra,
-            ) as stream:
-                async for event in stream:
-                    if event.type == "text" and on_text is not None and event.text:
-                        on_text(event.text)
-                message = await stream.get_final_message()
+            async with deadline:
+                return await self._complete(params, on_text)
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            raise ModelError(
+                f"the model did not finish its answer within {self._request_timeout_s:g}s; please try again"
+            ) from None
         except anthropic.APIStatusError as exc:
             raise ModelError(_describe_status(exc)) from exc
         except anthropic.APIConnectionError as exc:
             raise ModelError(f"could not reach the model API ({exc.__class__.__name__})") from exc
+        except UnicodeEncodeError as exc:
+            # A lone surrogate (or other text UTF-8 cannot carry) got into the conversation: the request
+            # cannot even be written. The edges replace such characters; this names the cause if one slips by.
+            log.warning("model request not encodable: %s", exc)
+            raise ModelError(
+                "the conversation holds text that cannot be encoded as UTF-8 "
+                f"({exc.object[exc.start : exc.end]!a}); the request was not sent"
+            ) from exc
         except ValueError as exc:
             # The SDK raises ValueError when a tool call's streamed arguments are not valid JSON.
             log.warning("unreadable model response: %s", exc)
             raise ModelError("the model sent a tool call whose arguments are not valid JSON; please try again") from exc
+
+    async def _complete(self, params: dict[str, Any], on_text: TextSink | None) -> ModelReply:
+        """Stream the answer; a stall before anything was produced is retried like the SDK retries."""
+        attempt = 0
+        while True:
+            reader = StreamReader(on_text)
+            try:
+                return await self._stream(params, reader)
+            except StreamStalled:
+                if reader.produced or attempt >= self._client.max_retries:
+                    raise ModelError(
+                        f"the model stopped sending its answer (nothing for {self._idle_timeout_s:g}s); "
+                        "please try again"
+                    ) from None
+                attempt += 1
+                log.warning("model stream stalled before any content; retrying (%d)", attempt)
+
+    async def _stream(self, params: dict[str, Any], reader: StreamReader) -> ModelReply:
+        async with self._client.messages.stream(**params) as stream:
+            try:
+                await reader.read(stream, self._idle_timeout_s)
+            except httpx2.TransportError as exc:
+                # Raised as it is by the SDK once the body streams; before that it is an APIConnectionError.
+                log.warning("model stream broke off: %r", exc)
+            if not reader.started:
+                raise ModelError("the connection to the model broke before it answered; please try again")
+            message = stream.current_message_snapshot
         # warnings=False: a tool_use whose input is not an object is passed on as is (the turn answers it
         # with an error result) instead of making pydantic warn about the unexpected type.
-        content = [block.model_dump(mode="json", exclude_none=True, warnings=False) for block in message.content]
+        content: list[dict[str, JSON]] = [
+            block.model_dump(mode="json", exclude_none=True, warnings=False) for block in message.content
+        ]
         # The API rejects empty text blocks when they are sent back in the history.
         content = [block for block in content if block.get("type") != "text" or block.get("text")]
-        return ModelReply(content=content, stop_reason=message.stop_reason or "end_turn")
+        incomplete = reader.tool_inputs.incomplete()
+        stop_reason = message.stop_reason
+        if not reader.finished:
+            if not any(block.get("type") == "tool_use" for block in content):
+                raise ModelError("the model's answer broke off mid-stream; please try again")
+            stop_reason = stop_reason or "tool_use"  # the calls it did send are answered, the cut-off ones refused
+        return ModelReply(content=content, stop_reason=stop_reason or "end_turn", incomplete_tool_ids=incomplete)
 
     async def close(self) -> None:
         await self._client.close()

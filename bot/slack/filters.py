@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from bot.text import clean_text
+
 # Subtypes that are a person saying something; every other subtype (message_changed, message_deleted,
 # channel_join, bot_message, …) is bookkeeping the bot must not answer.
 SPOKEN_SUBTYPES = frozenset({None, "file_share", "thread_broadcast", "me_message"})
@@ -68,7 +70,7 @@ def strip_mention(text: str, bot_user_id: str) -> str:
 def _file_label(item: Any) -> str:
     if not isinstance(item, dict):
         return "a file"
-    name = str(item.get("name") or item.get("title") or "a file")
+    name = clean_text(str(item.get("name") or item.get("title") or "a file"))
     kind = item.get("mimetype") or item.get("filetype")
     return f"{name} ({kind})" if kind else name
 
@@ -87,7 +89,7 @@ def classify(body: dict[str, Any], bot_user_id: str) -> Incoming | None:
     channel, ts = event.get("channel"), event.get("ts")
     if not channel or not ts:
         return None
-    text = str(event.get("text") or "")
+    text = clean_text(str(event.get("text") or ""))  # a `\ud800` escape in the JSON must not reach the model
     mentioned = kind == "app_mention" or f"<@{bot_user_id}" in text
     channel_type = event.get("channel_type") or ("im" if str(channel).startswith("D") else "channel")
     return Incoming(

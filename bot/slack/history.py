@@ -21,6 +21,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.filters import strip_mention
+from bot.text import clean_text
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ def format_context(
     skipped += len(replies) - len(lines)
     root_line = f"{_speaker(root, bot_user_id)}: {strip_mention(root['text'], bot_user_id)}"[: max(budget, 200)]
     quoted = [root_line, *([f"[… {skipped} earlier replies not shown]"] if skipped else []), *reversed(lines)]
-    return "\n".join([HEADER, *quoted, *([UNREAD] if unread else [])])
+    return clean_text("\n".join([HEADER, *quoted, *([UNREAD] if unread else [])]))  # earlier messages too
 
 
 async def thread_context(

@@ -105,7 +105,20 @@ CREATE TABLE call_displays (
 CREATE INDEX call_displays_by_place ON call_displays(place);
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3]
+# The process group a running call started (run_command), so a start after a crash can kill what is left.
+# `leader` and `owner` identify the group's first process and the daemon that ran it (boot id and start time),
+# so a pid reused since is never mistaken for ours, and a daemon still running keeps its own processes.
+_V4 = """
+CREATE TABLE call_processes (
+    call_id      TEXT PRIMARY KEY REFERENCES tool_calls(id) ON DELETE CASCADE,
+    pgid         INTEGER NOT NULL,
+    leader       TEXT,
+    owner        TEXT,
+    recorded_at  TEXT NOT NULL
+);
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4]
 
 # The tool_calls columns, named as `ToolCall.to_record()` names its keys.
 CALL_COLUMNS = (

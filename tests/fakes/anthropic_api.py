@@ -8,6 +8,7 @@ the real API would reject (tool_use/tool_result pairing, sampling parameters), s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import itertools
 import json
@@ -21,6 +22,9 @@ from typing import Any, Literal
 from aiohttp import web
 
 StopReason = Literal["end_turn", "tool_use", "max_tokens", "pause_turn", "refusal"]
+Stall = Literal["silent", "pings"]
+PING_INTERVAL_S = 0.02
+"""How often a stalled ``pings`` stream pings: often enough that a ping-resets-the-clock bug shows at once."""
 Block = dict[str, Any]
 _tool_ids = itertools.count(1)
 _KNOWN_BLOCKS = frozenset(
@@ -47,11 +51,19 @@ def tool_use(name: str, input: dict[str, Any], id: str | None = None) -> Block:
 @dataclass(frozen=True)
 class Reply:
     """A scripted model turn. With ``hold`` the stream pauses after the first delta until the event is set,
-    so tests can observe (or cancel) a request that is mid-stream."""
+    so tests can observe (or cancel) a request that is mid-stream.
+
+    ``stall`` makes the stream hang after the first delta until the client gives up: ``"silent"`` sends
+    nothing more, ``"pings"`` sends only SSE pings. ``cut_input_at`` cuts the last tool_use's streamed JSON
+    after that many characters; the stream then ends cleanly with ``stop_reason`` (``max_tokens``, as the
+    real API does at the output limit), or, with ``disconnect``, the connection drops mid-message."""
 
     blocks: list[Block] = field(default_factory=list)
     stop_reason: StopReason = "end_turn"
     hold: asyncio.Event | None = None
+    stall: Stall | None = None
+    cut_input_at: int | None = None
+    disconnect: bool = False
 
     def __post_init__(self) -> None:
         bad = [b.get("type") for b in self.blocks if b.get("type") not in ("text", "tool_use")]
@@ -67,6 +79,17 @@ class Reply:
         """Tool calls (optionally preceded by text, as the real model often does) with stop_reason tool_use."""
         prefix: list[Block] = [{"type": "text", "text": text}] if text else []
         return cls([*prefix, *uses], "tool_use", hold)
+
+    @classmethod
+    def cut_tool_input(cls, *uses: Block, keep_chars: int, disconnect: bool = False) -> Reply:
+        """Tool calls whose last one's JSON input stops after ``keep_chars`` characters: at the output
+        limit (stop_reason ``max_tokens``), or with ``disconnect`` by a connection that drops."""
+        return cls(list(uses), "max_tokens", cut_input_at=keep_chars, disconnect=disconnect)
+
+    @classmethod
+    def stalled(cls, how: Stall, *, text: str = "Let me think") -> Reply:
+        """A stream that sends one text delta, then hangs: silent, or sending only pings."""
+        return cls([{"type": "text", "text": text}], stall=how)
 
 
 @dataclass(frozen=True)
@@ -192,13 +215,14 @@ def _chunks(s: str, n: int = 3) -> list[str]:
     return [s[k : k + size] for k in range(0, len(s), size)]
 
 
-def _block_events(index: int, block: Block) -> list[tuple[str, dict[str, Any]]]:
+def _block_events(index: int, block: Block, cut_at: int | None = None) -> list[tuple[str, dict[str, Any]]]:
     if block["type"] == "text":
         start: Block = {"type": "text", "text": ""}
         deltas = [{"type": "text_delta", "text": c} for c in _chunks(block["text"])]
     else:
         start = {**block, "input": {}}
-        deltas = [{"type": "input_json_delta", "partial_json": c} for c in _chunks(json.dumps(block["input"]))]
+        raw = json.dumps(block["input"])
+        deltas = [{"type": "input_json_delta", "partial_json": c} for c in _chunks(raw[:cut_at])]
     return [
         ("content_block_start", {"type": "content_block_start", "index": index, "content_block": start}),
         *[("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d}) for d in deltas],
@@ -215,6 +239,8 @@ class FakeAnthropic:
         self.request_headers: list[dict[str, str]] = []  # per request, e.g. to see which API key was sent
         self.request_times: list[float] = []
         self.rejections: list[str] = []
+        self.stalls = 0
+        """How many streams have started hanging (a ``stall`` reply reached its hanging point)."""
         self.url = ""
         self._queue: deque[ScriptItem] = deque()
         self._arrived = asyncio.Condition()
@@ -322,8 +348,9 @@ class FakeAnthropic:
         message = self._message(body, reply)
         start = {**message, "stop_reason": None, "usage": {**message["usage"], "output_tokens": 1}}
         events: list[tuple[str, dict[str, Any]]] = [("message_start", {"type": "message_start", "message": start})]
+        last = len(reply.blocks) - 1
         for index, block in enumerate(reply.blocks):
-            events += _block_events(index, block)
+            events += _block_events(index, block, reply.cut_input_at if index == last else None)
         if len(events) > 1:  # the real API pings right after the first content_block_start
             events.insert(2, ("ping", {"type": "ping"}))
         delta = {"stop_reason": reply.stop_reason, "stop_sequence": None}
@@ -338,13 +365,34 @@ class FakeAnthropic:
             ),
             ("message_stop", {"type": "message_stop"}),
         ]
+        if reply.disconnect:  # the connection drops right after the cut input: no block stop, no message stop
+            events = events[: max(k for k, (name, _) in enumerate(events) if name == "content_block_delta") + 1]
         hold_after = next((k for k, (name, _) in enumerate(events) if name == "content_block_delta"), 0)
         for k, (name, data) in enumerate(events):
             await response.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+            if k == hold_after and reply.stall is not None:
+                await self._stall(response, reply.stall)
+                return response
             if k == hold_after and reply.hold is not None and not await self._wait_hold(reply.hold):
                 return response  # the fake is shutting down; leave the stream truncated
+        if reply.disconnect:
+            # Closing the socket without the final chunk is what a dropped connection looks like to the client.
+            assert request.transport is not None
+            request.transport.close()
+            return response
         await response.write_eof()
         return response
+
+    async def _stall(self, response: web.StreamResponse, how: Stall) -> None:
+        """Hang until the client disconnects (the handler is then cancelled) or the fake stops."""
+        self.stalls += 1
+        if how == "silent":
+            await self._closing.wait()
+            return
+        while not self._closing.is_set():
+            await response.write(b'event: ping\ndata: {"type": "ping"}\n\n')
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), PING_INTERVAL_S)
 
     async def _wait_hold(self, hold: asyncio.Event) -> bool:
         """Wait for ``hold`` or fake shutdown, whichever is first; True if the stream should continue."""
