@@ -12,13 +12,14 @@ from dataclasses import dataclass
 from datetime import time
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from bot.errors import ConfigError
+from bot.model.prices import DEFAULT_PRICES, Price
 
 
 class YieldMode(StrEnum):
@@ -122,6 +123,8 @@ class Settings(BaseSettings):
     bot_enable_shell: bool = False
     bot_metrics_port: int | None = Field(None, gt=0, lt=65536)
     bot_log_format: str = "text"
+    bot_prompt_cache: Literal["5m", "1h", "off"] = "5m"
+    bot_model_prices: dict[str, Price] = Field(default_factory=dict)
 
     @field_validator("bot_allowed_users", "bot_allowed_channels", "bot_cancel_reactions", mode="before")
     @classmethod
@@ -164,6 +167,16 @@ class Settings(BaseSettings):
     @property
     def zone(self) -> ZoneInfo:
         return ZoneInfo(self.bot_timezone)
+
+    @property
+    def prices(self) -> dict[str, Price]:
+        """The default price table with `BOT_MODEL_PRICES` laid over it."""
+        return {**DEFAULT_PRICES, **self.bot_model_prices}
+
+    @property
+    def cache_ttl(self) -> Literal["5m", "1h"] | None:
+        """How long the API keeps the prompt cache; None sends no cache breakpoints at all."""
+        return None if self.bot_prompt_cache == "off" else self.bot_prompt_cache
 
     @property
     def db_path(self) -> Path:

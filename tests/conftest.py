@@ -247,7 +247,7 @@ class CoreFactory:
         """
         settings = settings or self._make_settings(**overrides)
         client = anthropic.AsyncAnthropic(base_url=self._fake.url, api_key="test", max_retries=max_retries)
-        provider = AnthropicProvider(model=MODEL, max_tokens=1024, client=client)
+        provider = AnthropicProvider(model=MODEL, max_tokens=1024, client=client, cache_ttl=settings.cache_ttl)
         stack = contextlib.AsyncExitStack()
         stack.push_async_callback(client.close)
         try:

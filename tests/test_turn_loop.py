@@ -13,7 +13,7 @@ import time
 
 import pytest
 from conftest import CoreFactory, RecordingOutput
-from fakes.anthropic_api import Failure, FakeAnthropic, Reply, text, tool_results, tool_use, user_texts
+from fakes.anthropic_api import Failure, FakeAnthropic, Reply, system_text, text, tool_results, tool_use, user_texts
 
 from bot.agent.protocol import INJECTION_PREFIX
 from bot.agent.turn import CONTINUE_NOTE
@@ -55,7 +55,7 @@ async def test_plain_turn(core: Core, fake: FakeAnthropic, output: RecordingOutp
     (request,) = fake.requests
     assert request["model"] == "claude-sonnet-5-5" and request["stream"] is True and request["max_tokens"] == 1024
     assert not {"temperature", "top_p", "top_k"} & set(request)
-    assert "threadbot" in request["system"]
+    assert "threadbot" in system_text(request)
     names = {t["name"] for t in request["tools"]}
     assert names >= CONTRACT_TOOLS and "run_command" not in names  # no shell unless enabled
     assert request["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hello"}]}]

@@ -12,16 +12,25 @@ import logging
 import anthropic
 
 from bot.errors import ModelError
-from bot.types import JSON, ModelReply, ModelRequest, TextSink
+from bot.model.caching import CacheTTL, mark_messages, system_blocks
+from bot.types import JSON, ModelReply, ModelRequest, TextSink, Usage
 
 log = logging.getLogger(__name__)
 
 
 class AnthropicProvider:
-    def __init__(self, *, model: str, max_tokens: int, client: anthropic.AsyncAnthropic) -> None:
+    def __init__(
+        self, *, model: str, max_tokens: int, client: anthropic.AsyncAnthropic, cache_ttl: CacheTTL | None = "5m"
+    ) -> None:
+        """`cache_ttl` None sends no cache breakpoints (see `bot.model.caching` for where they go)."""
         self._model = model
         self._max_tokens = max_tokens
         self._client = client
+        self._cache_ttl = cache_ttl
+
+    @property
+    def model(self) -> str:
+        return self._model
 
     async def complete(self, request: ModelRequest, on_text: TextSink | None = None) -> ModelReply:
         extra: dict[str, JSON] = {}
@@ -33,8 +42,8 @@ class AnthropicProvider:
             async with self._client.messages.stream(
                 model=self._model,
                 max_tokens=request.max_tokens or self._max_tokens,
-                system=request.system,
-                messages=request.messages,  # type: ignore[arg-type]
+                system=system_blocks(request.system, self._cache_ttl),  # type: ignore[arg-type]
+                messages=mark_messages(request.messages, self._cache_ttl),  # type: ignore[arg-type]
                 **extra,
             ) as stream:
                 async for event in stream:
@@ -54,10 +63,22 @@ class AnthropicProvider:
         content = [block.model_dump(mode="json", exclude_none=True, warnings=False) for block in message.content]
         # The API rejects empty text blocks when they are sent back in the history.
         content = [block for block in content if block.get("type") != "text" or block.get("text")]
-        return ModelReply(content=content, stop_reason=message.stop_reason or "end_turn")
+        return ModelReply(
+            content=content, stop_reason=message.stop_reason or "end_turn", usage=_usage(message), model=self._model
+        )
 
     async def close(self) -> None:
         await self._client.close()
+
+
+def _usage(message: anthropic.types.Message) -> Usage:
+    usage = message.usage
+    return Usage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cache_read_tokens=usage.cache_read_input_tokens or 0,
+        cache_write_tokens=usage.cache_creation_input_tokens or 0,
+    )
 
 
 def _describe_status(exc: anthropic.APIStatusError) -> str:
