@@ -34,6 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
     oneshot.add_argument("--resume", metavar="TOKEN", help="continue from a continuation token")
 
     commands.add_parser("check", help="validate configuration, database, Slack token and model")
+
+    usage = commands.add_parser("usage", help="tokens and estimated cost of the model calls, from the database")
+    usage.add_argument("--since", default="7d", help="how far back: 30m, 24h, 7d, 2w or all (default 7d)")
+    usage.add_argument(
+        "--by", default="day", choices=["day", "channel", "user", "model", "session"], help="group rows (default day)"
+    )
     return parser
 
 
@@ -70,6 +76,10 @@ async def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         return await chat(settings, session=args.session)
     if args.command == "oneshot":
         return await _oneshot(args, settings)
+    if args.command == "usage":
+        from bot.usage_report import usage_report
+
+        return await usage_report(settings, since=args.since, by=args.by)
     from bot.check import run_checks
 
     return await run_checks(settings)

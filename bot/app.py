@@ -24,6 +24,7 @@ from bot.calls.system_tools import system_tools
 from bot.config import Settings
 from bot.errors import ConfigError
 from bot.model.anthropic import AnthropicProvider
+from bot.model.metering import MeteredProvider, UsageMeter
 from bot.schedule import Scheduler, build_scheduler
 from bot.schedule.firing import Clock
 from bot.store import Store
@@ -44,6 +45,7 @@ class Core:
     engine: Engine
     provider: Provider
     scheduler: Scheduler
+    usage: UsageMeter
     orphans: list[ToolCall]
     """Calls a previous process left unfinished, marked orphaned at this start (edges may repaint them)."""
 
@@ -53,7 +55,9 @@ def anthropic_provider(settings: Settings, *, max_retries: int = 2) -> Anthropic
     client = anthropic.AsyncAnthropic(max_retries=max_retries)
     if client.api_key is None and client.auth_token is None:
         raise ConfigError("ANTHROPIC_API_KEY: not set (the Anthropic API key the model is called with)")
-    return AnthropicProvider(model=settings.bot_model, max_tokens=settings.bot_max_tokens, client=client)
+    return AnthropicProvider(
+        model=settings.bot_model, max_tokens=settings.bot_max_tokens, client=client, cache_ttl=settings.cache_ttl
+    )
 
 
 @contextlib.asynccontextmanager
@@ -85,6 +89,8 @@ async def open_core(
             model = anthropic_provider(settings)
             stack.push_async_callback(model.close)
             provider = model
+        usage = UsageMeter()
+        provider = MeteredProvider(provider, book=store, meter=usage)
         registry = CallRegistry(
             store=store,
             work_dir=settings.bot_data_dir / "work",
@@ -127,7 +133,7 @@ async def open_core(
             owns=owns,
         )
         await scheduler.start()
-        core = Core(settings, store, registry, toolbox, engine, provider, scheduler, orphans)
+        core = Core(settings, store, registry, toolbox, engine, provider, scheduler, usage, orphans)
         try:
             yield core
         finally:

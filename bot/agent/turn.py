@@ -22,7 +22,7 @@ from bot.calls.registry import CallRegistry
 from bot.config import YieldStrategy
 from bot.errors import ModelError
 from bot.store import Store
-from bot.types import EngineOutput, Message, ModelReply, ModelRequest, Provider, TurnOutcome
+from bot.types import Billing, EngineOutput, Message, ModelReply, ModelRequest, Provider, TurnOutcome
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,8 @@ class TurnRequest:
     cancelled_by: str | None = None
     stop_at_first_wait: bool = False
     toolbox: Toolbox | None = None
+    requester: str | None = None
+    """Who asked (an edge's user id), for the usage books; None for wake-ups and background results."""
 
 
 class TurnRunner:
@@ -90,7 +92,8 @@ class TurnRunner:
             conversation = _Conversation(key, messages, persisted=len(messages))
             opening = await self._repair_blocks(messages) + await self._late_result_blocks(key, exclude=set())
             protocol.append_user(messages, opening + request.content)
-            await self._loop(request, turn_id, conversation, outcome)
+            billing = Billing(key, turn_id, request.requester)
+            await self._loop(request, billing, conversation, outcome)
         except ModelError as exc:
             outcome.error = str(exc)
             self._output.notice(key, f"⚠️ Model error: {exc}")
@@ -104,11 +107,12 @@ class TurnRunner:
                 outcome.cancelled_by = request.cancelled_by or "user"
             if conversation is not None:
                 await self._close(conversation, outcome)
+            log.info("turn in %s ended after %d model call(s): %s", key, outcome.iterations, outcome.usage.describe())
             self._output.turn_finished(outcome)
         return outcome
 
     async def _loop(
-        self, request: TurnRequest, turn_id: str, conversation: _Conversation, outcome: TurnOutcome
+        self, request: TurnRequest, billing: Billing, conversation: _Conversation, outcome: TurnOutcome
     ) -> None:
         key = request.session_key
         messages = conversation.messages
@@ -120,9 +124,10 @@ class TurnRunner:
             if messages[-1]["role"] == "user" and not messages[-1]["content"]:
                 messages.pop()  # a wake-up whose news was already taken: nothing to say
                 return
-            reply = await self._ask_model(request, messages)
+            reply = await self._ask_model(request, billing, messages)
             if reply is None:
                 return
+            outcome.usage += reply.usage
             # Fixed before the reply is stored: a history with a malformed tool_use is rejected by the API.
             malformed = set(protocol.normalise_tool_uses(reply.content))
             if messages[-1]["role"] == "assistant":  # the continuation of a paused reply
@@ -139,7 +144,7 @@ class TurnRunner:
                 cut_off = True
                 protocol.append_user(messages, [protocol.text_block(CONTINUE_NOTE)])
             elif reply.tool_uses:
-                if not await self._run_batch(request, turn_id, reply, malformed, messages, outcome):
+                if not await self._run_batch(request, billing.turn_id or "", reply, malformed, messages, outcome):
                     return
             elif reply.stop_reason == "pause_turn":
                 continue  # the API continues a paused reply when it is sent back as it is
@@ -150,11 +155,13 @@ class TurnRunner:
         self._output.notice(key, f"Stopped after {self._settings.max_iterations} steps without finishing.")
         outcome.error = "iteration limit reached"
 
-    async def _ask_model(self, request: TurnRequest, messages: list[Message]) -> ModelReply | None:
+    async def _ask_model(self, request: TurnRequest, billing: Billing, messages: list[Message]) -> ModelReply | None:
         """One streamed model call; None when the turn is cancelled while it streams."""
         key = request.session_key
         toolbox = request.toolbox or self._toolbox
-        model_request = ModelRequest(system=self._system_prompt(key), messages=messages, tools=toolbox.specs())
+        model_request = ModelRequest(
+            system=self._system_prompt(key), messages=messages, tools=toolbox.specs(), billing=billing
+        )
         ask = asyncio.ensure_future(
             self._provider.complete(model_request, on_text=lambda delta: self._output.text_delta(key, delta))
         )

@@ -105,7 +105,24 @@ CREATE TABLE call_displays (
 CREATE INDEX call_displays_by_place ON call_displays(place);
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3]
+# Token accounting (bot/store/usage.py): one row per model call, kept when its session goes.
+_V4 = """
+CREATE TABLE model_usage (
+    id                  INTEGER PRIMARY KEY,
+    at                  TEXT NOT NULL,
+    session_key         TEXT NOT NULL,
+    turn_id             TEXT,
+    requester           TEXT,
+    model               TEXT NOT NULL,
+    input_tokens        INTEGER NOT NULL,
+    output_tokens       INTEGER NOT NULL,
+    cache_read_tokens   INTEGER NOT NULL,
+    cache_write_tokens  INTEGER NOT NULL
+);
+CREATE INDEX model_usage_by_time ON model_usage(at);
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4]
 
 # The tool_calls columns, named as `ToolCall.to_record()` names its keys.
 CALL_COLUMNS = (

@@ -30,6 +30,7 @@ from bot.errors import StoreError
 from bot.store.calls import CallQueries
 from bot.store.reminders import ReminderQueries
 from bot.store.schema import dumps, fetch, migrate, ts
+from bot.store.usage import UsageQueries
 
 BUSY_TIMEOUT_MS = 5_000
 
@@ -53,8 +54,8 @@ def _session(row: sqlite3.Row) -> SessionRecord:
     )
 
 
-class Store(CallQueries, ReminderQueries):
-    """Sessions, their messages and seen events; tool calls and reminders come from the two mixins."""
+class Store(CallQueries, ReminderQueries, UsageQueries):
+    """Sessions, their messages and seen events; tool calls, reminders and token usage come from the mixins."""
 
     def __init__(self, db: aiosqlite.Connection, path: Path) -> None:
         self._db = db
