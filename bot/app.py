@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import anthropic
 
+from bot.agent.compaction import Compactor
+from bot.agent.context import ContextSettings
 from bot.agent.engine import Engine
 from bot.agent.prompt import system_prompt
 from bot.agent.toolbox import Toolbox
@@ -117,6 +119,14 @@ async def open_core(
                 yield_on_injection=settings.bot_yield_on_injection,
             ),
             system_prompt=lambda session_key: system_prompt(settings.zone, prompt_extra),
+            compactor=Compactor(
+                provider=provider,
+                settings=ContextSettings(
+                    window_tokens=settings.bot_context_window,
+                    compact_at=settings.bot_compact_at,
+                    max_input_chars=settings.bot_max_input_chars,
+                ),
+            ),
         )
         engine = Engine(
             runner=runner, registry=registry, store=store, max_injections_per_turn=settings.bot_max_injections_per_turn

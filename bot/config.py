@@ -125,6 +125,9 @@ class Settings(BaseSettings):
     bot_log_format: str = "text"
     bot_prompt_cache: Literal["5m", "1h", "off"] = "5m"
     bot_model_prices: dict[str, Price] = Field(default_factory=dict)
+    bot_context_window: int = Field(200_000, ge=1_000)
+    bot_compact_at: float = Field(0.75, gt=0, le=1)
+    bot_max_input_chars: int = Field(100_000, gt=1_000)
 
     @field_validator("bot_allowed_users", "bot_allowed_channels", "bot_cancel_reactions", mode="before")
     @classmethod

@@ -14,13 +14,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bot.agent import protocol
+from bot.agent.compaction import Compactor
+from bot.agent.context import SizeEstimate, request_chars
 from bot.agent.injections import Injections
 from bot.agent.toolbox import Toolbox
 from bot.agent.waiting import WaitEnd, wait_for_batch
 from bot.calls.models import JSON, CallStatus, ToolCall
 from bot.calls.registry import CallRegistry
 from bot.config import YieldStrategy
-from bot.errors import ModelError
+from bot.errors import ContextOverflow, ModelError
 from bot.store import Store
 from bot.types import Billing, EngineOutput, Message, ModelReply, ModelRequest, Provider, TurnOutcome
 
@@ -31,7 +33,7 @@ MALFORMED_CALL = "the tool call was malformed (missing id or arguments not a JSO
 STOP_NOTICES = {
     "refusal": "The model declined to continue with this request.",
     "max_tokens": "The answer was cut off at the output limit.",
-    "model_context_window_exceeded": "This conversation no longer fits the model's context; please start a new thread.",
+    "model_context_window_exceeded": "This conversation no longer fits the model's context, even compacted.",
 }
 CONTINUE_NOTE = "[your reply was cut off by the output limit; continue exactly where you stopped]"
 
@@ -70,8 +72,10 @@ class TurnRunner:
         output: EngineOutput,
         settings: TurnSettings,
         system_prompt: Callable[[str], str],
+        compactor: Compactor,
     ) -> None:
         self._provider = provider
+        self._compactor = compactor
         self._registry = registry
         self._store = store
         self._toolbox = toolbox
@@ -124,10 +128,9 @@ class TurnRunner:
             if messages[-1]["role"] == "user" and not messages[-1]["content"]:
                 messages.pop()  # a wake-up whose news was already taken: nothing to say
                 return
-            reply = await self._ask_model(request, billing, messages)
+            reply = await self._ask_fitting(request, billing, conversation, outcome)
             if reply is None:
                 return
-            outcome.usage += reply.usage
             # Fixed before the reply is stored: a history with a malformed tool_use is rejected by the API.
             malformed = set(protocol.normalise_tool_uses(reply.content))
             if messages[-1]["role"] == "assistant":  # the continuation of a paused reply
@@ -155,12 +158,45 @@ class TurnRunner:
         self._output.notice(key, f"Stopped after {self._settings.max_iterations} steps without finishing.")
         outcome.error = "iteration limit reached"
 
-    async def _ask_model(self, request: TurnRequest, billing: Billing, messages: list[Message]) -> ModelReply | None:
+    async def _ask_fitting(
+        self, request: TurnRequest, billing: Billing, conversation: _Conversation, outcome: TurnOutcome
+    ) -> ModelReply | None:
+        """Fit the history to the context window and ask; when the API still finds it too long, compact
+        whatever the estimate says and ask once more (a second refusal is the turn's error)."""
+        await self._fit(request, billing, conversation, force=False)
+        try:
+            reply = await self._ask_model(request, billing, conversation, outcome)
+        except ContextOverflow:
+            log.info("the model refused %s as too long; compacting and asking again", request.session_key)
+        else:
+            if reply is None or reply.stop_reason != "model_context_window_exceeded":
+                return reply
+        await self._fit(request, billing, conversation, force=True)
+        return await self._ask_model(request, billing, conversation, outcome)
+
+    async def _fit(self, request: TurnRequest, billing: Billing, conversation: _Conversation, *, force: bool) -> None:
+        toolbox = request.toolbox or self._toolbox
+        compacted = await self._compactor.fit(
+            conversation.messages,
+            persisted=conversation.persisted,
+            system=self._system_prompt(request.session_key),
+            tools=toolbox.specs(),
+            billing=billing,
+            estimate=conversation.estimate,
+            force=force,
+        )
+        if compacted is not None:
+            await self._store.replace_messages(conversation.key, compacted.messages[: compacted.persisted])
+            conversation.persisted = compacted.persisted
+
+    async def _ask_model(
+        self, request: TurnRequest, billing: Billing, conversation: _Conversation, outcome: TurnOutcome
+    ) -> ModelReply | None:
         """One streamed model call; None when the turn is cancelled while it streams."""
         key = request.session_key
         toolbox = request.toolbox or self._toolbox
         model_request = ModelRequest(
-            system=self._system_prompt(key), messages=messages, tools=toolbox.specs(), billing=billing
+            system=self._system_prompt(key), messages=conversation.messages, tools=toolbox.specs(), billing=billing
         )
         ask = asyncio.ensure_future(
             self._provider.complete(model_request, on_text=lambda delta: self._output.text_delta(key, delta))
@@ -177,6 +213,9 @@ class TurnRunner:
         if ask.cancelled():
             return None
         reply = ask.result()
+        outcome.usage += reply.usage
+        chars = request_chars(model_request.system, model_request.tools, conversation.messages)
+        conversation.estimate.learn(chars, reply.usage.prompt_tokens)
         self._output.text_done(key)
         if reply.stop_reason == "max_tokens":
             # A tool_use cut off by the limit has partial arguments; it is dropped, not run.
@@ -292,6 +331,7 @@ class _Conversation:
     key: str
     messages: list[Message]
     persisted: int
+    estimate: SizeEstimate = field(default_factory=SizeEstimate)
 
     async def save(self, store: Store) -> None:
         if len(self.messages) > self.persisted:

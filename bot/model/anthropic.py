@@ -11,7 +11,7 @@ import logging
 
 import anthropic
 
-from bot.errors import ModelError
+from bot.errors import ContextOverflow, ModelError
 from bot.model.caching import CacheTTL, mark_messages, system_blocks
 from bot.types import JSON, ModelReply, ModelRequest, TextSink, Usage
 
@@ -51,6 +51,8 @@ class AnthropicProvider:
                         on_text(event.text)
                 message = await stream.get_final_message()
         except anthropic.APIStatusError as exc:
+            if exc.status_code == 400 and "prompt is too long" in str(exc):
+                raise ContextOverflow("this conversation no longer fits the model's context window") from exc
             raise ModelError(_describe_status(exc)) from exc
         except anthropic.APIConnectionError as exc:
             raise ModelError(f"could not reach the model API ({exc.__class__.__name__})") from exc

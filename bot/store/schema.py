@@ -122,7 +122,20 @@ CREATE TABLE model_usage (
 CREATE INDEX model_usage_by_time ON model_usage(at);
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4]
+# Compaction (bot/agent/compaction.py) rewrites a session's history; what it changed or dropped moves here, for audit.
+_V5 = """
+CREATE TABLE messages_archive (
+    id           INTEGER PRIMARY KEY,
+    session_key  TEXT NOT NULL REFERENCES sessions(key) ON DELETE CASCADE,
+    role         TEXT NOT NULL,
+    body         TEXT NOT NULL,
+    created_at   TEXT NOT NULL,
+    archived_at  TEXT NOT NULL
+);
+CREATE INDEX messages_archive_by_session ON messages_archive(session_key, created_at);
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5]
 
 # The tool_calls columns, named as `ToolCall.to_record()` names its keys.
 CALL_COLUMNS = (
