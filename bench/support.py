@@ -17,6 +17,7 @@ from fakes.anthropic_api import FakeAnthropic
 
 from bot.calls.models import CallStatus, ToolCall
 from bot.model.anthropic import AnthropicProvider
+from bot.model.caching import CacheTTL
 from bot.types import TurnOutcome
 
 
@@ -63,9 +64,9 @@ def line(label: str, values_ms: list[float], target: str = "") -> None:
     print(f"  {label:<46} p50 {p50:8.1f} ms   p99 {p99:8.1f} ms   max {max(values_ms):8.1f} ms{extra}")
 
 
-def sdk_provider(fake: FakeAnthropic) -> AnthropicProvider:
+def sdk_provider(fake: FakeAnthropic, cache_ttl: CacheTTL | None = "5m") -> AnthropicProvider:
     client = anthropic.AsyncAnthropic(base_url=fake.url, api_key="bench", max_retries=0)
-    return AnthropicProvider(model="claude-sonnet-5-5", max_tokens=1024, client=client)
+    return AnthropicProvider(model="claude-sonnet-5-5", max_tokens=1024, client=client, cache_ttl=cache_ttl)
 
 
 def classic_sleep(seconds: float, stop: threading.Event) -> float:

@@ -57,12 +57,23 @@ COMMANDS = {
         "line per check, naming the variable and the URL when something is wrong, and exits 1 if anything "
         "failed. It leaves no database behind where there was none.",
     ),
+    "usage": (
+        "tokens and estimated cost of the model calls",
+        "Print the tokens of the model calls booked in the database (uncached input, output, cache reads and "
+        "writes, the share read from the cache) and an estimated cost from the price table, one row per day, "
+        "channel, user, model or session and model.",
+    ),
 }
+USAGE_VARIABLES = ("bot_data_dir", "bot_model_prices")
+"""All `usage` reads: it opens the database and prices what it finds there."""
 
 
 def _variables(command: str) -> str:
     """The epilog of a command's `--help`: every variable it reads, straight from the settings' fields."""
-    names = [name for name in Settings.model_fields if command in ("run", "check") or not _slack_only(name)]
+    if command == "usage":
+        names = list(USAGE_VARIABLES)
+    else:
+        names = [name for name in Settings.model_fields if command in ("run", "check") or not _slack_only(name)]
     listed = ", ".join(name.upper() for name in names)
     return f"Reads, from the environment or from .env in the working directory: {listed}."
 
@@ -96,6 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
     oneshot.add_argument("--resume", metavar="TOKEN", help="continue from a continuation token")
 
     command("check")
+
+    usage = command("usage")
+    usage.add_argument("--since", default="7d", help="how far back: 30m, 24h, 7d, 2w or all (default 7d)")
+    usage.add_argument(
+        "--by", default="day", choices=["day", "channel", "user", "model", "session"], help="group rows (default day)"
+    )
     return parser
 
 
@@ -141,6 +158,10 @@ async def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         return await chat(settings, session=args.session)
     if args.command == "oneshot":
         return await _oneshot(args, settings)
+    if args.command == "usage":
+        from bot.usage_report import usage_report
+
+        return await usage_report(settings, since=args.since, by=args.by)
     from bot.check import run_checks
 
     return await run_checks(settings)

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import anthropic
 
+from bot.agent.compaction import Compactor
+from bot.agent.context import ContextSettings
 from bot.agent.engine import Engine
 from bot.agent.prompt import system_prompt
 from bot.agent.toolbox import Toolbox
@@ -24,6 +26,7 @@ from bot.calls.system_tools import system_tools
 from bot.config import Settings
 from bot.errors import ConfigError
 from bot.model.anthropic import AnthropicProvider
+from bot.model.metering import MeteredProvider, UsageMeter
 from bot.schedule import Scheduler, build_scheduler
 from bot.schedule.firing import Clock
 from bot.store import Store
@@ -47,6 +50,7 @@ class Core:
     engine: Engine
     provider: Provider
     scheduler: Scheduler
+    usage: UsageMeter
     orphans: list[ToolCall]
     """Calls a previous process left unfinished, marked orphaned at this start (edges may repaint them)."""
 
@@ -75,6 +79,7 @@ def anthropic_provider(
         client=client,
         idle_timeout_s=settings.bot_model_idle_timeout_s,
         request_timeout_s=settings.bot_model_timeout_s,
+        cache_ttl=settings.cache_ttl,
     )
 
 
@@ -107,6 +112,8 @@ async def open_core(
             model = anthropic_provider(settings)
             stack.push_async_callback(model.close)
             provider = model
+        usage = UsageMeter()
+        provider = MeteredProvider(provider, book=store, meter=usage)
         registry = CallRegistry(
             store=store,
             work_dir=settings.bot_data_dir / "work",
@@ -134,6 +141,14 @@ async def open_core(
                 yield_on_injection=settings.bot_yield_on_injection,
             ),
             system_prompt=lambda session_key: system_prompt(settings.zone, prompt_extra),
+            compactor=Compactor(
+                provider=provider,
+                settings=ContextSettings(
+                    window_tokens=settings.bot_context_window,
+                    compact_at=settings.bot_compact_at,
+                    max_input_chars=settings.bot_max_input_chars,
+                ),
+            ),
         )
         engine = Engine(
             runner=runner, registry=registry, store=store, max_injections_per_turn=settings.bot_max_injections_per_turn
@@ -150,7 +165,7 @@ async def open_core(
             owns=owns,
         )
         await scheduler.start()
-        core = Core(settings, store, registry, toolbox, engine, provider, scheduler, orphans)
+        core = Core(settings, store, registry, toolbox, engine, provider, scheduler, usage, orphans)
         try:
             yield core
         finally:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import time
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -20,6 +20,7 @@ from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_va
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from bot.errors import ConfigError
+from bot.model.prices import DEFAULT_PRICES, Price
 
 
 class YieldMode(StrEnum):
@@ -132,6 +133,11 @@ class Settings(BaseSettings):
     bot_enable_shell: bool = False
     bot_metrics_port: int | None = Field(None, gt=0, lt=65536)
     bot_log_format: str = "text"
+    bot_prompt_cache: Literal["5m", "1h", "off"] = "5m"
+    bot_model_prices: dict[str, Price] = Field(default_factory=dict)
+    bot_context_window: int = Field(200_000, ge=1_000)
+    bot_compact_at: float = Field(0.75, gt=0, le=1)
+    bot_max_input_chars: int = Field(100_000, gt=1_000)
 
     @field_validator("bot_allowed_users", "bot_allowed_channels", "bot_cancel_reactions", mode="before")
     @classmethod
@@ -195,6 +201,16 @@ class Settings(BaseSettings):
     @property
     def zone(self) -> ZoneInfo:
         return ZoneInfo(self.bot_timezone)
+
+    @property
+    def prices(self) -> dict[str, Price]:
+        """The default price table with `BOT_MODEL_PRICES` laid over it."""
+        return {**DEFAULT_PRICES, **self.bot_model_prices}
+
+    @property
+    def cache_ttl(self) -> Literal["5m", "1h"] | None:
+        """How long the API keeps the prompt cache; None sends no cache breakpoints at all."""
+        return None if self.bot_prompt_cache == "off" else self.bot_prompt_cache
 
     @property
     def db_path(self) -> Path:

@@ -4,6 +4,7 @@ ThreadbotError
 ├── ConfigError        bad configuration; the CLI prints it as one line
 ├── StoreError         the database cannot be opened or migrated
 ├── ModelError         the model request failed after the SDK's own retries
+│   └── ContextOverflow  the request no longer fits the model's context window
 └── ToolInputError     a tool was called with arguments it cannot use
 """
 
@@ -24,6 +25,10 @@ class StoreError(ThreadbotError):
 
 class ModelError(ThreadbotError):
     """Carries a short message fit to show to the user in the thread."""
+
+
+class ContextOverflow(ModelError):
+    """The API refused the request as too long: the turn compacts the history and tries once more."""
 
 
 class ToolInputError(ThreadbotError):

@@ -19,17 +19,56 @@ TextSink = Callable[[str], None]
 
 
 @dataclass(frozen=True, slots=True)
+class Billing:
+    """Whom a model call is for, so its tokens are booked to the session, turn and person."""
+
+    session_key: str
+    turn_id: str | None = None
+    requester: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ModelRequest:
     system: str
     messages: list[Message]
     tools: list[dict[str, JSON]]
     tool_choice: dict[str, JSON] | None = None
     max_tokens: int | None = None
+    billing: Billing | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Tokens one model call (or a sum of them) cost, split the way the API bills them."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Everything the request sent, cached or not: the size of the context."""
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+        )
+
+    def describe(self) -> str:
+        return (
+            f"in={self.input_tokens} out={self.output_tokens} "
+            f"cache_read={self.cache_read_tokens} cache_write={self.cache_write_tokens}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
 class ModelReply:
-    """One finished model response: its content blocks as API dicts and why it stopped.
+    """One finished model response: its content blocks as API dicts, why it stopped, and what it cost.
 
     `incomplete_tool_ids` names tool_use blocks whose input was cut off (the output limit,
     a broken stream): their `input` is only the part that arrived, so they must not run.
@@ -38,6 +77,8 @@ class ModelReply:
     content: list[dict[str, JSON]]
     stop_reason: str
     incomplete_tool_ids: frozenset[str] = frozenset()
+    usage: Usage = Usage()
+    model: str = ""
 
     @property
     def text(self) -> str:
@@ -65,6 +106,7 @@ class TurnOutcome:
     cancelled_by: str | None = None
     pending_call_ids: list[str] = field(default_factory=list)
     iterations: int = 0
+    usage: Usage = Usage()
 
 
 class EngineOutput(Protocol):

@@ -253,6 +253,7 @@ class CoreFactory:
             client=client,
             idle_timeout_s=settings.bot_model_idle_timeout_s,
             request_timeout_s=settings.bot_model_timeout_s,
+            cache_ttl=settings.cache_ttl,
         )
         stack = contextlib.AsyncExitStack()
         stack.push_async_callback(client.close)

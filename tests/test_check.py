@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes.anthropic_api import Failure, FakeAnthropic, Outcome
+from fakes.anthropic_api import Failure, FakeAnthropic, Outcome, system_text
 from fakes.slack_api import FakeSlack
 from test_cli import bare_env, dotenv_for, write_dotenv
 from test_console import ROOT, run_bot
@@ -75,7 +75,7 @@ async def test_everything_fine_is_four_ticks_and_both_tokens_were_tried(
         ("apps.connections.open", "xapp-good"),
     ]
     [request] = fake.requests
-    assert request["system"] == check.PROBE_SYSTEM and request["max_tokens"] == 1  # never an empty system
+    assert system_text(request) == check.PROBE_SYSTEM and request["max_tokens"] == 1  # never an empty system
 
 
 async def test_a_bad_app_token_fails_check_as_it_would_fail_run(

@@ -411,7 +411,7 @@ async def test_failures_are_one_line_in_the_thread_and_the_session_goes_on(world
         "break things",
         Reply.tools(tool_use("sleep_for", {"seconds": -5}), text="Trying."),  # the tool refuses its input
         Reply.text_only("That did not work."),
-        Failure(400, "invalid_request_error", "prompt is too long"),  # a 400 is not retried
+        Failure(400, "invalid_request_error", "max_tokens: too large"),  # a 400 is not retried
         Reply.text_only("Back on track."),
     )
     event = await mention(slack, channel, "break things")
@@ -420,7 +420,7 @@ async def test_failures_are_one_line_in_the_thread_and_the_session_goes_on(world
     await wait_text(slack, channel, event["ts"], "That did not work.")
     await reply(slack, channel, event["ts"], "try again")
     line = await wait_text(slack, channel, event["ts"], "Model error")
-    assert line.text == "⚠️ Model error: the model rejected the request: prompt is too long"
+    assert line.text == "⚠️ Model error: the model rejected the request: max_tokens: too large"
     await reply(slack, channel, event["ts"], "and now?")
     await wait_text(slack, channel, event["ts"], "Back on track.")
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 from conftest import CoreFactory, RecordingOutput
-from fakes.anthropic_api import Failure, FakeAnthropic, Reply, text, tool_results, tool_use, user_texts
+from fakes.anthropic_api import Failure, FakeAnthropic, Reply, system_text, text, tool_results, tool_use, user_texts
 
 from bot.agent.protocol import INJECTION_PREFIX
 from bot.agent.turn import CONTINUE_NOTE
@@ -55,7 +55,7 @@ async def test_plain_turn(core: Core, fake: FakeAnthropic, output: RecordingOutp
     (request,) = fake.requests
     assert request["model"] == "claude-sonnet-5-5" and request["stream"] is True and request["max_tokens"] == 1024
     assert not {"temperature", "top_p", "top_k"} & set(request)
-    assert "threadbot" in request["system"]
+    assert "threadbot" in system_text(request)
     names = {t["name"] for t in request["tools"]}
     assert names >= CONTRACT_TOOLS and "run_command" not in names  # no shell unless enabled
     assert request["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hello"}]}]
@@ -234,11 +234,25 @@ async def test_model_failure_after_retries_ends_the_turn_and_the_session_recover
 
 
 async def test_rejected_request_is_a_clear_error(core: Core, fake: FakeAnthropic, output: RecordingOutput) -> None:
-    fake.script(Failure(400, "invalid_request_error", "prompt is too long: 300000 tokens > 200000 maximum"))
+    fake.script(Failure(400, "invalid_request_error", "max_tokens: must be at most 64000"))
     outcome = await core.engine.run_turn(KEY, "hi")
     assert outcome is not None
-    assert outcome.error == "the model rejected the request: prompt is too long: 300000 tokens > 200000 maximum"
+    assert outcome.error == "the model rejected the request: max_tokens: must be at most 64000"
     assert output.notices[-1][1].startswith("⚠️ Model error: the model rejected the request")
+
+
+async def test_too_long_is_compacted_and_asked_again_once(
+    core: Core, fake: FakeAnthropic, output: RecordingOutput
+) -> None:
+    too_long = Failure(400, "invalid_request_error", "prompt is too long: 300000 tokens > 200000 maximum")
+    fake.script(too_long, Reply.text_only("fits now"))
+    outcome = await core.engine.run_turn(KEY, "hi")
+    assert outcome is not None and outcome.text == "fits now" and outcome.error is None
+    # Now there is an earlier turn to summarise: refused, summary written, refused again → one clear line.
+    fake.script(too_long, Reply.text_only("they said hi"), too_long)
+    outcome = await core.engine.run_turn(KEY, "hi again")
+    assert outcome is not None and outcome.error == "this conversation no longer fits the model's context window"
+    assert "they said hi" in user_texts(fake.requests[-1])[0]
 
 
 async def test_unreadable_tool_arguments_end_the_turn_cleanly(

@@ -66,15 +66,19 @@ class Engine:
         *,
         stop_at_first_wait: bool = False,
         toolbox: Toolbox | None = None,
+        requester: str | None = None,
     ) -> Delivery:
-        """Start a turn with `content`, or inject it into the turn already running."""
+        """Start a turn with `content`, or inject it into the turn already running.
+
+        `requester` (who wrote it) is what the turn's model calls are booked to.
+        """
         if not self._accepting:
             return Delivery.REFUSED
         if self.is_busy(session_key):
             self._session(session_key).injections.put(_plain_text(content))
             return Delivery.INJECTED
         blocks = [protocol.text_block(content)] if isinstance(content, str) else content
-        self._start(session_key, blocks, stop_at_first_wait=stop_at_first_wait, toolbox=toolbox)
+        self._start(session_key, blocks, stop_at_first_wait=stop_at_first_wait, toolbox=toolbox, requester=requester)
         return Delivery.STARTED
 
     async def run_turn(
@@ -164,10 +168,16 @@ class Engine:
         *,
         stop_at_first_wait: bool = False,
         toolbox: Toolbox | None = None,
+        requester: str | None = None,
     ) -> None:
         session = self._session(session_key)
         request = TurnRequest(
-            session_key, blocks, session.injections, stop_at_first_wait=stop_at_first_wait, toolbox=toolbox
+            session_key,
+            blocks,
+            session.injections,
+            stop_at_first_wait=stop_at_first_wait,
+            toolbox=toolbox,
+            requester=requester,
         )
         session.request = request
         session.task = asyncio.create_task(self._runner.run(request), name=f"turn:{session_key}")

@@ -1,4 +1,9 @@
-"""The system prompt: who the agent is and how its tools behave, with the current time."""
+"""The system prompt: who the agent is and how its tools behave, with today's date.
+
+The date, not the time: the system prompt is the start of every request's cached
+prefix, so it may change once a day but not once a minute. The `now` tool gives
+the time when the agent needs it.
+"""
 
 from __future__ import annotations
 
@@ -20,8 +25,8 @@ take them into account right away; they may change what you should do.
 
 
 def system_prompt(zone: ZoneInfo, extra: str = "") -> str:
-    now = datetime.now(zone).strftime("%A %Y-%m-%d %H:%M %Z")
-    parts = [BASE_PROMPT, f"The current time is {now}."]
+    today = datetime.now(zone).strftime("%A %Y-%m-%d")
+    parts = [BASE_PROMPT, f"Today is {today} ({zone.key}); the `now` tool tells the exact time."]
     if extra:
         parts.append(extra)
     return "\n\n".join(parts)

@@ -14,15 +14,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bot.agent import protocol
+from bot.agent.compaction import Compactor
+from bot.agent.context import SizeEstimate, request_chars
 from bot.agent.injections import Injections
 from bot.agent.toolbox import Toolbox
 from bot.agent.waiting import WaitEnd, wait_for_batch
 from bot.calls.models import JSON, CallStatus, ToolCall
 from bot.calls.registry import CallRegistry
 from bot.config import YieldStrategy
-from bot.errors import ModelError
+from bot.errors import ContextOverflow, ModelError
 from bot.store import Store
-from bot.types import EngineOutput, Message, ModelReply, ModelRequest, Provider, TurnOutcome
+from bot.types import Billing, EngineOutput, Message, ModelReply, ModelRequest, Provider, TurnOutcome
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +37,7 @@ INCOMPLETE_CALL = (
 STOP_NOTICES = {
     "refusal": "The model declined to continue with this request.",
     "max_tokens": "The answer was cut off at the output limit.",
-    "model_context_window_exceeded": "This conversation no longer fits the model's context; please start a new thread.",
+    "model_context_window_exceeded": "This conversation no longer fits the model's context, even compacted.",
 }
 CONTINUE_NOTE = "[your reply was cut off by the output limit; continue exactly where you stopped]"
 
@@ -59,6 +61,8 @@ class TurnRequest:
     cancelled_by: str | None = None
     stop_at_first_wait: bool = False
     toolbox: Toolbox | None = None
+    requester: str | None = None
+    """Who asked (an edge's user id), for the usage books; None for wake-ups and background results."""
 
 
 class TurnRunner:
@@ -72,8 +76,10 @@ class TurnRunner:
         output: EngineOutput,
         settings: TurnSettings,
         system_prompt: Callable[[str], str],
+        compactor: Compactor,
     ) -> None:
         self._provider = provider
+        self._compactor = compactor
         self._registry = registry
         self._store = store
         self._toolbox = toolbox
@@ -94,7 +100,8 @@ class TurnRunner:
             conversation = _Conversation(key, messages, persisted=len(messages))
             opening = await self._repair_blocks(messages) + await self._late_result_blocks(key, exclude=set())
             protocol.append_user(messages, opening + request.content)
-            await self._loop(request, turn_id, conversation, outcome)
+            billing = Billing(key, turn_id, request.requester)
+            await self._loop(request, billing, conversation, outcome)
         except ModelError as exc:
             outcome.error = str(exc)
             self._output.notice(key, f"⚠️ Model error: {exc}")
@@ -108,11 +115,12 @@ class TurnRunner:
                 outcome.cancelled_by = request.cancelled_by or "user"
             if conversation is not None:
                 await self._close(conversation, outcome)
+            log.info("turn in %s ended after %d model call(s): %s", key, outcome.iterations, outcome.usage.describe())
             self._output.turn_finished(outcome)
         return outcome
 
     async def _loop(
-        self, request: TurnRequest, turn_id: str, conversation: _Conversation, outcome: TurnOutcome
+        self, request: TurnRequest, billing: Billing, conversation: _Conversation, outcome: TurnOutcome
     ) -> None:
         key = request.session_key
         messages = conversation.messages
@@ -124,7 +132,7 @@ class TurnRunner:
             if messages[-1]["role"] == "user" and not messages[-1]["content"]:
                 messages.pop()  # a wake-up whose news was already taken: nothing to say
                 return
-            reply = await self._ask_model(request, messages)
+            reply = await self._ask_fitting(request, billing, conversation, outcome)
             if reply is None:
                 return
             # Fixed before the reply is stored: a history with a malformed tool_use is rejected by the API.
@@ -143,7 +151,7 @@ class TurnRunner:
                 cut_off = True
                 protocol.append_user(messages, [protocol.text_block(CONTINUE_NOTE)])
             elif reply.tool_uses:
-                if not await self._run_batch(request, turn_id, reply, malformed, messages, outcome):
+                if not await self._run_batch(request, billing.turn_id or "", reply, malformed, messages, outcome):
                     return
             elif reply.stop_reason == "pause_turn":
                 continue  # the API continues a paused reply when it is sent back as it is
@@ -154,11 +162,46 @@ class TurnRunner:
         self._output.notice(key, f"Stopped after {self._settings.max_iterations} steps without finishing.")
         outcome.error = "iteration limit reached"
 
-    async def _ask_model(self, request: TurnRequest, messages: list[Message]) -> ModelReply | None:
+    async def _ask_fitting(
+        self, request: TurnRequest, billing: Billing, conversation: _Conversation, outcome: TurnOutcome
+    ) -> ModelReply | None:
+        """Fit the history to the context window and ask; when the API still finds it too long, compact
+        whatever the estimate says and ask once more (a second refusal is the turn's error)."""
+        await self._fit(request, billing, conversation, force=False)
+        try:
+            reply = await self._ask_model(request, billing, conversation, outcome)
+        except ContextOverflow:
+            log.info("the model refused %s as too long; compacting and asking again", request.session_key)
+        else:
+            if reply is None or reply.stop_reason != "model_context_window_exceeded":
+                return reply
+        await self._fit(request, billing, conversation, force=True)
+        return await self._ask_model(request, billing, conversation, outcome)
+
+    async def _fit(self, request: TurnRequest, billing: Billing, conversation: _Conversation, *, force: bool) -> None:
+        toolbox = request.toolbox or self._toolbox
+        compacted = await self._compactor.fit(
+            conversation.messages,
+            persisted=conversation.persisted,
+            system=self._system_prompt(request.session_key),
+            tools=toolbox.specs(),
+            billing=billing,
+            estimate=conversation.estimate,
+            force=force,
+        )
+        if compacted is not None:
+            await self._store.replace_messages(conversation.key, compacted.messages[: compacted.persisted])
+            conversation.persisted = compacted.persisted
+
+    async def _ask_model(
+        self, request: TurnRequest, billing: Billing, conversation: _Conversation, outcome: TurnOutcome
+    ) -> ModelReply | None:
         """One streamed model call; None when the turn is cancelled while it streams."""
         key = request.session_key
         toolbox = request.toolbox or self._toolbox
-        model_request = ModelRequest(system=self._system_prompt(key), messages=messages, tools=toolbox.specs())
+        model_request = ModelRequest(
+            system=self._system_prompt(key), messages=conversation.messages, tools=toolbox.specs(), billing=billing
+        )
         ask = asyncio.ensure_future(
             self._provider.complete(model_request, on_text=lambda delta: self._output.text_delta(key, delta))
         )
@@ -174,6 +217,9 @@ class TurnRunner:
         if ask.cancelled():
             return None
         reply = ask.result()
+        outcome.usage += reply.usage
+        chars = request_chars(model_request.system, model_request.tools, conversation.messages)
+        conversation.estimate.learn(chars, reply.usage.prompt_tokens)
         self._output.text_done(key)
         if not reply.content:
             reply = ModelReply([protocol.text_block("(no reply)")], reply.stop_reason)
@@ -289,6 +335,7 @@ class _Conversation:
     key: str
     messages: list[Message]
     persisted: int
+    estimate: SizeEstimate = field(default_factory=SizeEstimate)
 
     async def save(self, store: Store) -> None:
         if len(self.messages) > self.persisted:

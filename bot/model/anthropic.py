@@ -20,9 +20,10 @@ from typing import Any
 import anthropic
 import httpx2
 
-from bot.errors import ModelError
+from bot.errors import ContextOverflow, ModelError
+from bot.model.caching import CacheTTL, mark_messages, system_blocks
 from bot.model.stream_reader import StreamReader, StreamStalled
-from bot.types import JSON, ModelReply, ModelRequest, TextSink
+from bot.types import JSON, ModelReply, ModelRequest, TextSink, Usage
 
 log = logging.getLogger(__name__)
 
@@ -39,19 +40,26 @@ class AnthropicProvider:
         client: anthropic.AsyncAnthropic,
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        cache_ttl: CacheTTL | None = "5m",
     ) -> None:
+        """`cache_ttl` None sends no cache breakpoints (see `bot.model.caching` for where they go)."""
         self._model = model
         self._max_tokens = max_tokens
         self._client = client
         self._idle_timeout_s = idle_timeout_s
         self._request_timeout_s = request_timeout_s
+        self._cache_ttl = cache_ttl
+
+    @property
+    def model(self) -> str:
+        return self._model
 
     async def complete(self, request: ModelRequest, on_text: TextSink | None = None) -> ModelReply:
         params: dict[str, Any] = {
             "model": self._model,
             "max_tokens": request.max_tokens or self._max_tokens,
-            "system": request.system,
-            "messages": request.messages,
+            "system": system_blocks(request.system, self._cache_ttl),
+            "messages": mark_messages(request.messages, self._cache_ttl),
         }
         if request.tools:
             params["tools"] = request.tools
@@ -68,6 +76,8 @@ class AnthropicProvider:
                 f"the model did not finish its answer within {self._request_timeout_s:g}s; please try again"
             ) from None
         except anthropic.APIStatusError as exc:
+            if exc.status_code == 400 and "prompt is too long" in str(exc):
+                raise ContextOverflow("this conversation no longer fits the model's context window") from exc
             raise ModelError(_describe_status(exc)) from exc
         except anthropic.APIConnectionError as exc:
             raise ModelError(f"could not reach the model API ({exc.__class__.__name__})") from exc
@@ -123,10 +133,26 @@ class AnthropicProvider:
             if not any(block.get("type") == "tool_use" for block in content):
                 raise ModelError("the model's answer broke off mid-stream; please try again")
             stop_reason = stop_reason or "tool_use"  # the calls it did send are answered, the cut-off ones refused
-        return ModelReply(content=content, stop_reason=stop_reason or "end_turn", incomplete_tool_ids=incomplete)
+        return ModelReply(
+            content=content,
+            stop_reason=stop_reason or "end_turn",
+            incomplete_tool_ids=incomplete,
+            usage=_usage(message),
+            model=self._model,
+        )
 
     async def close(self) -> None:
         await self._client.close()
+
+
+def _usage(message: anthropic.types.Message) -> Usage:
+    usage = message.usage
+    return Usage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cache_read_tokens=usage.cache_read_input_tokens or 0,
+        cache_write_tokens=usage.cache_creation_input_tokens or 0,
+    )
 
 
 def _describe_status(exc: anthropic.APIStatusError) -> str:

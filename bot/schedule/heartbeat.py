@@ -26,7 +26,7 @@ from bot.errors import ModelError
 from bot.schedule.firing import Clock, Waker
 from bot.schedule.timing import iso_utc, local_text
 from bot.store import Store
-from bot.types import JSON, ModelReply, ModelRequest, Provider
+from bot.types import JSON, Billing, ModelReply, ModelRequest, Provider
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +172,7 @@ class Heartbeat:
             tools=[HEARTBEAT_TOOL],
             tool_choice={"type": "tool", "name": "heartbeat"},
             max_tokens=DECISION_MAX_TOKENS,
+            billing=Billing(f"{HEARTBEAT_SESSION_PREFIX}decision"),
         )
 
 

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Callable
 
 import aiohttp
 from aiohttp import web
@@ -155,6 +156,23 @@ def _gauges(metrics: Metrics, core: Core, edge: SlackEdge, edits: EditScheduler,
     metrics.gauge("slack_edits_coalesced", "edits replaced by a newer state", lambda: edits.stats.coalesced)
     metrics.gauge("slack_edits_rate_limited", "chat.update 429s", lambda: edits.stats.rate_limited)
     metrics.gauge("slack_edits_gone", "edits dropped: message gone", lambda: edits.stats.gone)
+    _token_counters(metrics, core)
+
+
+def _token_counters(metrics: Metrics, core: Core) -> None:
+    """Four counters by model, read from the core's `UsageMeter` when scraped."""
+    totals = core.usage.totals
+
+    def reader(part: str) -> Callable[[], dict[str, float]]:
+        return lambda: {model: float(getattr(usage, part)) for model, usage in totals.items()}
+
+    for name, kind, part in (
+        ("model_input_tokens_total", "uncached input tokens", "input_tokens"),
+        ("model_output_tokens_total", "output tokens", "output_tokens"),
+        ("model_cache_read_tokens_total", "input tokens read from the prompt cache", "cache_read_tokens"),
+        ("model_cache_write_tokens_total", "input tokens written to the prompt cache", "cache_write_tokens"),
+    ):
+        metrics.counter_family(name, f"{kind}, by model", "model", reader(part))
 
 
 async def _listen(app: web.Application, port: int) -> web.AppRunner:

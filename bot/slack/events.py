@@ -119,7 +119,7 @@ class MessageRouter:
         return record.key
 
     async def _deliver(self, session_key: str, incoming: Incoming, text: str) -> None:
-        delivery = self._engine.submit(session_key, text)
+        delivery = self._engine.submit(session_key, text, requester=incoming.user)
         if delivery is Delivery.STARTED:
             self._metrics.inc("turns_started_total")
             self._edge.note_request(session_key, incoming.channel, incoming.ts, incoming.user)

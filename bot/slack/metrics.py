@@ -8,7 +8,7 @@ nothing has to keep them up to date.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from aiohttp import web
 
@@ -31,6 +31,7 @@ class Metrics:
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
         self._gauges: dict[str, tuple[str, Callable[[], float]]] = {}
+        self._families: dict[str, tuple[str, str, Callable[[], Mapping[str, float]]]] = {}
 
     def inc(self, name: str, amount: int = 1) -> None:
         if name not in COUNTERS:
@@ -40,6 +41,10 @@ class Metrics:
     def gauge(self, name: str, help_text: str, read: Callable[[], float]) -> None:
         self._gauges[name] = (help_text, read)
 
+    def counter_family(self, name: str, help_text: str, label: str, read: Callable[[], Mapping[str, float]]) -> None:
+        """A counter kept elsewhere, one series per value of `label` (e.g. tokens by model), read when scraped."""
+        self._families[name] = (help_text, label, read)
+
     def render(self) -> str:
         lines: list[str] = []
         for name, help_text in COUNTERS.items():
@@ -48,6 +53,9 @@ class Metrics:
         for name, (help_text, read) in self._gauges.items():
             lines += [f"# HELP {PREFIX}{name} {help_text}", f"# TYPE {PREFIX}{name} gauge"]
             lines.append(f"{PREFIX}{name} {float(read()):g}")
+        for name, (help_text, label, read_family) in self._families.items():
+            lines += [f"# HELP {PREFIX}{name} {help_text}", f"# TYPE {PREFIX}{name} counter"]
+            lines += [f'{PREFIX}{name}{{{label}="{value}"}} {count:g}' for value, count in read_family().items()]
         return "\n".join(lines) + "\n"
 
     def web_app(self, healthy: Callable[[], bool]) -> web.Application:

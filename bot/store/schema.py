@@ -118,7 +118,37 @@ CREATE TABLE call_processes (
 );
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4]
+# Token accounting (bot/store/usage.py): one row per model call, kept when its session goes.
+_V5 = """
+CREATE TABLE model_usage (
+    id                  INTEGER PRIMARY KEY,
+    at                  TEXT NOT NULL,
+    session_key         TEXT NOT NULL,
+    turn_id             TEXT,
+    requester           TEXT,
+    model               TEXT NOT NULL,
+    input_tokens        INTEGER NOT NULL,
+    output_tokens       INTEGER NOT NULL,
+    cache_read_tokens   INTEGER NOT NULL,
+    cache_write_tokens  INTEGER NOT NULL
+);
+CREATE INDEX model_usage_by_time ON model_usage(at);
+"""
+
+# Compaction (bot/agent/compaction.py) rewrites a session's history; what it changed or dropped moves here, for audit.
+_V6 = """
+CREATE TABLE messages_archive (
+    id           INTEGER PRIMARY KEY,
+    session_key  TEXT NOT NULL REFERENCES sessions(key) ON DELETE CASCADE,
+    role         TEXT NOT NULL,
+    body         TEXT NOT NULL,
+    created_at   TEXT NOT NULL,
+    archived_at  TEXT NOT NULL
+);
+CREATE INDEX messages_archive_by_session ON messages_archive(session_key, created_at);
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6]
 
 # The tool_calls columns, named as `ToolCall.to_record()` names its keys.
 CALL_COLUMNS = (

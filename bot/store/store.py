@@ -31,6 +31,7 @@ from bot.store.calls import CallQueries
 from bot.store.processes import ProcessQueries
 from bot.store.reminders import ReminderQueries
 from bot.store.schema import dumps, fetch, migrate, ts
+from bot.store.usage import UsageQueries
 
 BUSY_TIMEOUT_MS = 5_000
 
@@ -54,8 +55,9 @@ def _session(row: sqlite3.Row) -> SessionRecord:
     )
 
 
-class Store(CallQueries, ProcessQueries, ReminderQueries):
-    """Sessions, their messages and seen events; tool calls, their processes and reminders come from mixins."""
+class Store(CallQueries, ProcessQueries, ReminderQueries, UsageQueries):
+    """Sessions, their messages and seen events; tool calls, their processes, reminders and token usage
+    come from mixins."""
 
     def __init__(self, db: aiosqlite.Connection, path: Path) -> None:
         self._db = db
@@ -200,6 +202,42 @@ class Store(CallQueries, ProcessQueries, ReminderQueries):
         """The session's messages in the order they were appended."""
         async with self._read() as db:
             rows = await fetch(db, "SELECT body FROM messages WHERE session_key = ? ORDER BY seq", key)
+        return [json.loads(row[0]) for row in rows]
+
+    async def replace_messages(self, key: str, messages: Sequence[dict[str, Any]]) -> None:
+        """Make `messages` the session's whole history, in one transaction.
+
+        A stored message the new history no longer holds as it was (stubbed, summarised away) moves to the
+        archive once; one that is kept keeps its row's time, so the archive never holds a copy of it.
+        """
+        now = ts(utcnow())
+        bodies = [(str(message["role"]), dumps(message)) for message in messages]
+        async with self._write() as db:
+            await self._require_session(db, key)
+            old = await fetch(db, "SELECT role, body, created_at FROM messages WHERE session_key = ?", key)
+            kept = {body for _, body in bodies}
+            await db.executemany(
+                "INSERT INTO messages_archive (session_key, role, body, created_at, archived_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                [(key, row[0], row[1], row[2], now) for row in old if row[1] not in kept],
+            )
+            created = {row[1]: row[2] for row in old}
+            await db.execute("DELETE FROM messages WHERE session_key = ?", (key,))
+            await db.executemany(
+                "INSERT INTO messages (session_key, seq, role, body, created_at) VALUES (?, ?, ?, ?, ?)",
+                [(key, i + 1, role, body, created.get(body, now)) for i, (role, body) in enumerate(bodies)],
+            )
+
+    async def message_archive(self, key: str) -> list[dict[str, Any]]:
+        """Every message the session ever had, compacted away or not, in the order they were written."""
+        sql = (
+            "SELECT body FROM ("
+            " SELECT body, created_at, 0 AS src, id AS ord FROM messages_archive WHERE session_key = ?"
+            " UNION ALL SELECT body, created_at, 1, seq FROM messages WHERE session_key = ?"
+            ") ORDER BY created_at, src, ord"
+        )
+        async with self._read() as db:
+            rows = await fetch(db, sql, key, key)
         return [json.loads(row[0]) for row in rows]
 
     async def append_messages(self, key: str, messages: Sequence[dict[str, Any]]) -> None:

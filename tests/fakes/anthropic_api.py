@@ -189,7 +189,7 @@ def validate_request(body: dict[str, Any]) -> str | None:
             return f"messages.{i}: roles must alternate between `user` and `assistant`, got two `{msg['role']}`"
         if msg["role"] == "user" and (problem := _check_pairing(i, prev, msg)):
             return problem
-    return _check_tools(body)
+    return _check_cache_markers(body) or _check_tools(body)
 
 
 def user_texts(request: dict[str, Any]) -> list[str]:
@@ -208,6 +208,85 @@ def tool_results(request: dict[str, Any]) -> dict[str, Any]:
     users = [m for m in request.get("messages", []) if m.get("role") == "user"]
     blocks = _content_blocks(users[-1]) if users else []
     return {b["tool_use_id"]: b.get("content") for b in blocks if b.get("type") == "tool_result"}
+
+
+MAX_BREAKPOINTS = 4
+
+
+def estimate_tokens(value: Any) -> int:
+    """The fake's tokenizer: a quarter token per character of the value's canonical JSON."""
+    return len(json.dumps(value, sort_keys=True, ensure_ascii=False)) // 4
+
+
+def _prefix_segments(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The request in the order the API caches it: tools, system blocks, then each message's blocks."""
+    system = body.get("system") or []
+    segments = [{"tool": t} for t in body.get("tools") or []]
+    segments += [{"system": b} for b in ([text(system)] if isinstance(system, str) else system)]
+    for i, message in enumerate(body["messages"]):
+        segments += [{"message": i, "role": message["role"], "block": b} for b in _content_blocks(message)]
+    return segments
+
+
+def _strip_marker(segment: dict[str, Any]) -> dict[str, Any]:
+    return {k: ({**v, "cache_control": None} if isinstance(v, dict) else v) for k, v in segment.items()}
+
+
+def _is_breakpoint(segment: dict[str, Any]) -> bool:
+    return any(isinstance(v, dict) and v.get("cache_control") for v in segment.values())
+
+
+@dataclass
+class PromptCache:
+    """The API's prompt cache, as far as a test can see it: a request reads the longest earlier-written
+    prefix that matches its own up to one of its breakpoints, byte for byte, and writes up to its last one.
+    Prefixes shorter than ``min_tokens`` are not cached, as the API does below its minimum length."""
+
+    min_tokens: int = 1024
+    written: set[str] = field(default_factory=set)
+
+    def usage(self, body: dict[str, Any]) -> dict[str, int]:
+        """input / cache read / cache write tokens of ``body``, recording what it writes."""
+        segments = _prefix_segments(body)
+        running = 0
+        points: list[tuple[str, int]] = []  # (prefix key, tokens up to and including the breakpoint)
+        canonical: list[str] = []
+        for segment in segments:
+            stripped = _strip_marker(segment)
+            canonical.append(json.dumps(stripped, sort_keys=True, ensure_ascii=False))
+            running += estimate_tokens(stripped)
+            if _is_breakpoint(segment):
+                points.append(("\n".join(canonical), running))
+        read = max((tokens for key, tokens in points if key in self.written), default=0)
+        cacheable = [(key, tokens) for key, tokens in points if tokens >= self.min_tokens]
+        self.written.update(key for key, _ in cacheable)
+        write = max(0, max((tokens for _, tokens in cacheable), default=0) - read)
+        return {
+            "input_tokens": max(1, running - read - write),
+            "cache_read_input_tokens": read,
+            "cache_creation_input_tokens": write,
+        }
+
+
+def without_cache_markers(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: without_cache_markers(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [without_cache_markers(v) for v in value]
+    return value
+
+
+def system_text(body: dict[str, Any]) -> str:
+    """The system prompt of a request, whether sent as a string or as text blocks."""
+    system = body.get("system") or ""
+    return system if isinstance(system, str) else "".join(b.get("text", "") for b in system)
+
+
+def _check_cache_markers(body: dict[str, Any]) -> str | None:
+    found = sum(1 for segment in _prefix_segments(body) if _is_breakpoint(segment))
+    if found > MAX_BREAKPOINTS:
+        return f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {found}."
+    return None
 
 
 def _chunks(s: str, n: int = 3) -> list[str]:
@@ -233,9 +312,23 @@ def _block_events(index: int, block: Block, cut_at: int | None = None) -> list[t
 class FakeAnthropic:
     """aiohttp server answering POST /v1/messages from a FIFO script, falling back to ``default``."""
 
-    def __init__(self, default: ScriptItem | None = None) -> None:
+    def __init__(
+        self,
+        default: ScriptItem | None = None,
+        *,
+        context_window: int | None = None,
+        min_cacheable_tokens: int = 1024,
+    ) -> None:
+        """``context_window`` makes a request whose estimated tokens exceed it fail with the API's 400."""
         self.default: ScriptItem = default if default is not None else Reply.text_only("ok")
+        self.context_window = context_window
+        self.cache = PromptCache(min_cacheable_tokens)
+        self.usages: list[dict[str, int]] = []
+        """The usage reported for each answered request, in order."""
+        self.raw_requests: list[dict[str, Any]] = []
+        """Request bodies exactly as received."""
         self.requests: list[dict[str, Any]] = []
+        """The same bodies without `cache_control` markers, so tests compare content, not where the cache breaks."""
         self.request_headers: list[dict[str, str]] = []  # per request, e.g. to see which API key was sent
         self.request_times: list[float] = []
         self.rejections: list[str] = []
@@ -298,12 +391,17 @@ class FakeAnthropic:
         except ValueError:
             body = None
         body = body if isinstance(body, dict) else {"_invalid_json": await request.text()}
-        self.requests.append(body)
+        self.raw_requests.append(body)
+        self.requests.append(without_cache_markers(body))
         self.request_headers.append({k.lower(): v for k, v in request.headers.items()})
         self.request_times.append(time.perf_counter())
         async with self._arrived:
             self._arrived.notify_all()
         problem = "request body is not a JSON object" if "_invalid_json" in body else validate_request(body)
+        if problem is None and self.context_window is not None:
+            size = estimate_tokens([body.get("tools"), body.get("system"), body["messages"]])
+            if size > self.context_window:
+                problem = f"prompt is too long: {size} tokens > {self.context_window} maximum"
         if problem:
             self.rejections.append(problem)
             return self._error(Failure(400, "invalid_request_error", problem))
@@ -327,9 +425,10 @@ class FakeAnthropic:
         body = {"type": "error", "error": {"type": failure.error_type, "message": failure.message}, "request_id": rid}
         return web.json_response(body, status=failure.status, headers={"request-id": rid, **headers})
 
-    @staticmethod
-    def _message(body: dict[str, Any], reply: Reply) -> dict[str, Any]:
+    def _message(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
         output_tokens = 1 + sum(len(json.dumps(b)) for b in reply.blocks) // 4
+        usage = {**self.cache.usage(body), "output_tokens": output_tokens}
+        self.usages.append(usage)
         return {
             "id": f"msg_{uuid.uuid4().hex[:24]}",
             "type": "message",
@@ -338,7 +437,7 @@ class FakeAnthropic:
             "content": [],
             "stop_reason": reply.stop_reason,
             "stop_sequence": None,
-            "usage": {"input_tokens": 1 + len(json.dumps(body["messages"])) // 4, "output_tokens": output_tokens},
+            "usage": usage,
         }
 
     async def _stream(self, request: web.Request, body: dict[str, Any], reply: Reply) -> web.StreamResponse:

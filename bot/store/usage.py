@@ -1,0 +1,92 @@
+"""Token accounting in the store: one row per model call, summed on demand for `threadbot usage`.
+
+Rows name their session by key but hold no foreign key: what a call cost stays on
+the books when its session is gone. Mixed into `Store` like the call and reminder
+queries.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+import aiosqlite
+
+from bot.calls.models import utcnow
+from bot.store.schema import fetch, ts
+from bot.types import Usage
+
+
+class UsageGrouping(StrEnum):
+    DAY = "day"
+    CHANNEL = "channel"
+    USER = "user"
+    MODEL = "model"
+    SESSION = "session"
+
+
+# What each grouping sums over; `channel` reads the edge's address of the session (Slack's channel id).
+_GROUP_SQL = {
+    UsageGrouping.DAY: "substr(u.at, 1, 10)",
+    UsageGrouping.CHANNEL: "COALESCE(json_extract(s.address, '$.channel'), '(none)')",
+    UsageGrouping.USER: "COALESCE(u.requester, '(none)')",
+    UsageGrouping.MODEL: "u.model",
+    UsageGrouping.SESSION: "u.session_key",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    """The calls of one group and model, and what they cost in tokens."""
+
+    group: str
+    model: str
+    calls: int
+    usage: Usage
+
+
+class UsageQueries:
+    if TYPE_CHECKING:
+
+        def _read(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+
+        def _write(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+
+    async def record_usage(
+        self, *, session_key: str, turn_id: str | None, model: str, usage: Usage, requester: str | None = None
+    ) -> None:
+        async with self._write() as db:
+            await db.execute(
+                "INSERT INTO model_usage (at, session_key, turn_id, requester, model, input_tokens, output_tokens,"
+                " cache_read_tokens, cache_write_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    ts(utcnow()),
+                    session_key,
+                    turn_id,
+                    requester,
+                    model,
+                    usage.input_tokens,
+                    usage.output_tokens,
+                    usage.cache_read_tokens,
+                    usage.cache_write_tokens,
+                ),
+            )
+
+    async def usage_by(self, grouping: UsageGrouping, *, since: datetime | None = None) -> list[UsageRow]:
+        """Token totals per group and model since `since` (all time when None), largest groups first."""
+        group = _GROUP_SQL[grouping]
+        sql = (
+            f"SELECT {group} AS grp, u.model, COUNT(*), SUM(u.input_tokens), SUM(u.output_tokens),"
+            " SUM(u.cache_read_tokens), SUM(u.cache_write_tokens)"
+            " FROM model_usage u LEFT JOIN sessions s ON s.key = u.session_key"
+            " WHERE u.at >= ? GROUP BY grp, u.model ORDER BY grp, u.model"
+        )
+        async with self._read() as db:
+            rows = await fetch(db, sql, ts(since) if since is not None else "")
+        return [
+            UsageRow(str(row[0]), str(row[1]), int(row[2]), Usage(int(row[3]), int(row[4]), int(row[5]), int(row[6])))
+            for row in rows
+        ]
