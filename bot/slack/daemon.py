@@ -39,6 +39,7 @@ EVENTS_PATH = "/slack/events"
 INGRESS_GRACE_S = 5.0
 EDGE_DRAIN_S = 10.0
 EDITS_FLUSH_S = 10.0
+LISTENER_SHUTDOWN_S = 2.0  # per aiohttp listener (Events API, metrics): open requests get this long
 
 
 async def serve(settings: Settings, *, port: int) -> None:
@@ -150,7 +151,7 @@ async def _check_app_token(client: AsyncWebClient, app_token: str) -> None:
 
 
 async def _listen(app: web.Application, port: int) -> web.AppRunner:
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=LISTENER_SHUTDOWN_S)
     await runner.setup()
     try:
         await web.TCPSite(runner, "0.0.0.0", port).start()
