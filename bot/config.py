@@ -104,6 +104,7 @@ class Settings(BaseSettings):
     bot_allowed_users: CommaList = ()
     bot_allowed_channels: CommaList = ()
     bot_cancel_reactions: CommaList = ("x", "octagonal_sign")
+    bot_mention_only_channels: CommaList = ()  # channel ids, or `*`: replies there must mention the bot
     bot_yield_strategy: Annotated[YieldStrategy, NoDecode] = YieldStrategy(YieldMode.WHEN_ALL_DONE)
     bot_yield_on_injection: bool = True
     bot_max_concurrent_tools: int = Field(16, gt=0)
@@ -123,7 +124,9 @@ class Settings(BaseSettings):
     bot_metrics_port: int | None = Field(None, gt=0, lt=65536)
     bot_log_format: str = "text"
 
-    @field_validator("bot_allowed_users", "bot_allowed_channels", "bot_cancel_reactions", mode="before")
+    @field_validator(
+        "bot_allowed_users", "bot_allowed_channels", "bot_cancel_reactions", "bot_mention_only_channels", mode="before"
+    )
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         return _split_commas(value)

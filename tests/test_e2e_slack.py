@@ -505,3 +505,45 @@ async def test_http_mode_verifies_signatures_and_answers(own: World) -> None:
     assert "# TYPE threadbot_events_received_total counter" in metrics
     assert "threadbot_events_received_total 1\n" in metrics  # the forged request never got past bolt
     assert "threadbot_turns_started_total 1\n" in metrics
+
+
+async def test_mention_only_channels_answer_only_replies_that_name_the_bot(own: World) -> None:
+    """`BOT_MENTION_ONLY_CHANNELS=*`: people in a bot thread talk among themselves unanswered; a reply that
+    mentions the bot starts a turn or is injected (👀); a plain `stop` is chatter too; DMs answer as ever."""
+    slack, daemon = own.slack, own.daemon
+    daemon.env["BOT_MENTION_ONLY_CHANNELS"] = "*"
+    await daemon.start()
+    await daemon.connected()
+    own.script.add(
+        "gated start",
+        Reply.text_only("Started."),
+        Reply.tools(tool_use("sleep_for", {"seconds": 30})),
+        Reply.text_only("Heard you."),
+    )
+    own.script.add("dm under gating", Reply.text_only("DM one."), Reply.text_only("DM two."))
+    event = await mention(slack, "C1", "gated start")
+    root = event["ts"]
+    await wait_text(slack, "C1", root, "Started.")
+    await reply(slack, "C1", root, "people talking among themselves")
+    await mention(slack, "C1", "sleep now", thread_ts=root)
+    status = await wait_status(slack, "C1", root)
+    chatter = await reply(slack, "C1", root, "more chatter while it works")
+    note = await mention(slack, "C1", "hurry please", thread_ts=root)
+    # One thread's messages are routed in order: once the note is acknowledged, the chatter was seen too.
+    await slack.wait_for(lambda: "eyes" in slack.reactions_on("C1", note["ts"]), WAIT_S, "the eyes reaction")
+    await wait_text(slack, "C1", root, "Heard you.")
+    plain_stop = await reply(slack, "C1", root, "stop")
+    await mention(slack, "C1", "stop", thread_ts=root)
+    await slack.wait_for(lambda: "cancelled by <@U1>" in status.text, WAIT_S, "the cancelled status")
+    assert slack.reactions_on("C1", chatter["ts"]) == {}
+    assert slack.reactions_on("C1", plain_stop["ts"]) == {}
+    texts = [t for r in own.requests("gated start") for t in user_texts(r)]
+    assert "[mid-turn user note] hurry please" in texts
+    assert not any("chatter" in t or "among themselves" in t for t in texts)
+    assert [user_texts(r)[-1] for r in own.requests("gated start")][:2] == ["gated start", "sleep now"]
+
+    dm = slack.user_message("D1", "dm under gating", user="U2")
+    await slack.wait_ack(await slack.send_event(dm))
+    await wait_text(slack, "D1", dm["ts"], "DM one.")
+    await reply(slack, "D1", dm["ts"], "a reply without a mention", user="U2")
+    await wait_text(slack, "D1", dm["ts"], "DM two.")
