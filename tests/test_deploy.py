@@ -145,7 +145,7 @@ async def test_healthcheck_probes_healthz_on_the_metrics_port_of_the_image() -> 
     assert "/healthz" in _healthcheck_command()
     assert str(port) in next(args for instruction, args in dockerfile() if instruction == "EXPOSE").split()
     healthy = True
-    runner = web.AppRunner(Metrics().web_app(lambda: healthy))
+    runner = web.AppRunner(Metrics().web_app(lambda: (healthy, {})))
     await runner.setup()
     free = _free_port()
     await web.TCPSite(runner, "127.0.0.1", free).start()
