@@ -7,6 +7,7 @@ lies, so this compares them line for line.
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,3 +39,33 @@ def test_the_test_command_lints_before_it_tests() -> None:
 
 def test_ci_script_is_executable() -> None:
     assert (ROOT / ".ci" / "run").stat().st_mode & 0o111
+
+
+def _requirements() -> list[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return [*project["dependencies"], *project["optional-dependencies"]["test"]]
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_every_dependency_has_a_floor_and_a_cap() -> None:
+    for requirement in _requirements():
+        assert re.fullmatch(r"[A-Za-z0-9_.-]+>=[0-9][^,]*,<[0-9].*", requirement), requirement
+
+
+def test_the_minimum_versions_file_pins_exactly_the_floors() -> None:
+    floors = {}
+    for requirement in _requirements():
+        match = re.fullmatch(r"([A-Za-z0-9_.-]+)>=([^,]+),<.*", requirement)
+        assert match, requirement
+        floors[_normal(match.group(1))] = match.group(2)
+    pins = {}
+    for line in (ROOT / ".ci" / "min-versions.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[_normal(name)] = version.strip()
+    assert pins.keys() == floors.keys()
+    for name, floor in floors.items():
+        assert pins[name] == floor or pins[name].startswith(floor + "."), (name, floor, pins[name])
