@@ -114,6 +114,7 @@ class Settings(BaseSettings):
     bot_allowed_users: CommaList = ()
     bot_allowed_channels: CommaList = ()
     bot_cancel_reactions: CommaList = ("x", "octagonal_sign")
+    bot_mention_only_channels: CommaList = ()  # channel ids, or `*`: replies there must mention the bot
     bot_yield_strategy: Annotated[YieldStrategy, NoDecode] = YieldStrategy(YieldMode.WHEN_ALL_DONE)
     bot_yield_on_injection: bool = True
     bot_max_concurrent_tools: int = Field(16, gt=0)
@@ -132,6 +133,8 @@ class Settings(BaseSettings):
     bot_timezone: str = "UTC"
     bot_enable_shell: bool = False
     bot_metrics_port: int | None = Field(None, gt=0, lt=65536)
+    bot_socket_ping_interval_s: float = Field(10, gt=0)
+    bot_socket_max_silence_s: float = Field(3600, ge=0)
     bot_log_format: str = "text"
     bot_prompt_cache: Literal["5m", "1h", "off"] = "5m"
     bot_model_prices: dict[str, Price] = Field(default_factory=dict)
@@ -139,7 +142,9 @@ class Settings(BaseSettings):
     bot_compact_at: float = Field(0.75, gt=0, le=1)
     bot_max_input_chars: int = Field(100_000, gt=1_000)
 
-    @field_validator("bot_allowed_users", "bot_allowed_channels", "bot_cancel_reactions", mode="before")
+    @field_validator(
+        "bot_allowed_users", "bot_allowed_channels", "bot_cancel_reactions", "bot_mention_only_channels", mode="before"
+    )
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         return _split_commas(value)

@@ -521,9 +521,120 @@ async def test_http_mode_verifies_signatures_and_answers(own: World) -> None:
     assert slack.connections == []
     async with aiohttp.ClientSession() as session:
         async with session.get(f"http://127.0.0.1:{metrics_port}/healthz") as response:
-            assert (response.status, await response.text()) == (200, "ok\n")
+            health = (response.status, await response.json())
+        assert health == (200, {"accepting": True, "mode": "http", "status": "ok"})
         async with session.get(f"http://127.0.0.1:{metrics_port}/metrics") as response:
             metrics = await response.text()
     assert "# TYPE threadbot_events_received_total counter" in metrics
     assert "threadbot_events_received_total 1\n" in metrics  # the forged request never got past bolt
     assert "threadbot_turns_started_total 1\n" in metrics
+
+
+async def test_mention_only_channels_answer_only_replies_that_name_the_bot(own: World) -> None:
+    """`BOT_MENTION_ONLY_CHANNELS=*`: people in a bot thread talk among themselves unanswered; a reply that
+    mentions the bot starts a turn or is injected (👀); a plain `stop` is chatter too; DMs answer as ever."""
+    slack, daemon = own.slack, own.daemon
+    daemon.env["BOT_MENTION_ONLY_CHANNELS"] = "*"
+    await daemon.start()
+    await daemon.connected()
+    own.script.add(
+        "gated start",
+        Reply.text_only("Started."),
+        Reply.tools(tool_use("sleep_for", {"seconds": 30})),
+        Reply.text_only("Heard you."),
+    )
+    own.script.add("dm under gating", Reply.text_only("DM one."), Reply.text_only("DM two."))
+    event = await mention(slack, "C1", "gated start")
+    root = event["ts"]
+    await wait_text(slack, "C1", root, "Started.")
+    await reply(slack, "C1", root, "people talking among themselves")
+    await mention(slack, "C1", "sleep now", thread_ts=root)
+    status = await wait_status(slack, "C1", root)
+    chatter = await reply(slack, "C1", root, "more chatter while it works")
+    note = await mention(slack, "C1", "hurry please", thread_ts=root)
+    # One thread's messages are routed in order: once the note is acknowledged, the chatter was seen too.
+    await slack.wait_for(lambda: "eyes" in slack.reactions_on("C1", note["ts"]), WAIT_S, "the eyes reaction")
+    await wait_text(slack, "C1", root, "Heard you.")
+    plain_stop = await reply(slack, "C1", root, "stop")
+    await mention(slack, "C1", "stop", thread_ts=root)
+    await slack.wait_for(lambda: "cancelled by <@U1>" in status.text, WAIT_S, "the cancelled status")
+    assert slack.reactions_on("C1", chatter["ts"]) == {}
+    assert slack.reactions_on("C1", plain_stop["ts"]) == {}
+    texts = [t for r in own.requests("gated start") for t in user_texts(r)]
+    assert "[mid-turn user note] hurry please" in texts
+    assert not any("chatter" in t or "among themselves" in t for t in texts)
+    assert [user_texts(r)[-1] for r in own.requests("gated start")][:2] == ["gated start", "sleep now"]
+
+    dm = slack.user_message("D1", "dm under gating", user="U2")
+    await slack.wait_ack(await slack.send_event(dm))
+    await wait_text(slack, "D1", dm["ts"], "DM one.")
+    await reply(slack, "D1", dm["ts"], "a reply without a mention", user="U2")
+    await wait_text(slack, "D1", dm["ts"], "DM two.")
+
+
+async def _healthz(port: int) -> tuple[int, dict[str, Any]]:
+    async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/healthz") as response:
+        return response.status, await response.json()
+
+
+async def _metric(port: int, name: str) -> float:
+    async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/metrics") as response:
+        text = await response.text()
+    match = re.search(rf"^threadbot_{name} (\S+)$", text, re.MULTILINE)
+    assert match, text
+    return float(match.group(1))
+
+
+async def _healthz_until(port: int, wanted: Any, what: str) -> dict[str, Any]:
+    """Ask /healthz until `wanted(status, report)` holds (another process: nothing to wait on but its answers)."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
+            status, report = await _healthz(port)
+            if wanted(status, report):
+                return report
+        except aiohttp.ClientConnectorError:
+            status, report = 0, {}
+        if time.monotonic() > deadline:
+            raise AssertionError(f"/healthz never showed {what}; last: {status} {report}")
+        await asyncio.sleep(0.05)
+
+
+async def test_a_socket_that_stops_answering_pings_is_replaced_and_healthz_says_so(own: World) -> None:
+    slack, daemon = own.slack, own.daemon
+    port = _free_port()
+    daemon.env.update(BOT_METRICS_PORT=str(port), BOT_SOCKET_PING_INTERVAL_S="0.5")
+    await daemon.start()
+    await daemon.connected()
+    up = await _healthz_until(port, lambda status, report: status == 200, "a healthy daemon")
+    assert up["status"] == "ok" and up["mode"] == "socket"
+    assert (up["socket"]["connected"], up["socket"]["sessions"], up["socket"]["reconnects"]) == (True, 1, 0)
+    assert up["socket"]["last_envelope_at"] is not None  # Slack's hello
+
+    released = slack.hold("apps.connections.open")  # the replacement waits, so the outage is visible
+    slack.open_connections[-1].answers_pings = False
+    down = await _healthz_until(port, lambda status, report: status == 503, "the lost connection")
+    assert (down["status"], down["socket"]["connected"]) == ("disconnected", False)
+    released.set()
+    await daemon.connected(total=2)
+    back = await _healthz_until(port, lambda status, report: status == 200, "the new connection")
+    assert (back["socket"]["connected"], back["socket"]["reconnects"]) == (True, 1)
+    assert await _metric(port, "socket_reconnects_total") == 1
+    assert await _metric(port, "socket_connected") == 1
+
+    own.script.add("after the outage", Reply.text_only("Still here."))
+    event = await mention(slack, "C1", "after the outage")
+    await wait_text(slack, "C1", event["ts"], "Still here.")
+
+
+async def test_a_socket_silent_for_too_long_is_replaced(own: World) -> None:
+    """Pings are answered, but no envelope comes: after BOT_SOCKET_MAX_SILENCE_S the daemon reconnects anyway."""
+    daemon = own.daemon
+    port = _free_port()
+    daemon.env.update(BOT_METRICS_PORT=str(port), BOT_SOCKET_MAX_SILENCE_S="1")
+    await daemon.start()
+    await daemon.connected()
+    await daemon.connected(total=2)
+    report = await _healthz_until(port, lambda status, report: status == 200, "the new connection")
+    assert report["socket"]["reconnects"] >= 1
+    assert "no Socket Mode envelope for 1s: replacing the connection" in daemon.log()

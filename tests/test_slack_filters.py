@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from bot.slack.filters import allowed, classify, may_cancel, session_key, strip_mention
+from bot.slack.filters import addressed, allowed, classify, may_cancel, session_key, strip_mention
 from bot.slack.history import HEADER, format_context, with_context
 
 BOT = "UBOT"
@@ -85,6 +85,27 @@ def test_allow_lists_deny_by_default_once_set() -> None:
     assert not allowed("U2", "C1", users=("U1",), channels=())
     assert not allowed("U1", "C2", users=(), channels=("C1",))
     assert not allowed("U1", "D1", users=(), channels=("C1",)), "a DM is a channel too"
+
+
+@pytest.mark.parametrize(
+    ("event", "in_session", "mention_only", "expected"),
+    [
+        ({"thread_ts": "9.0"}, True, (), True),  # the default: every reply in the bot's threads
+        ({"thread_ts": "9.0"}, False, (), False),  # a thread the bot is not part of
+        ({"thread_ts": "9.0"}, True, ("C1",), False),  # a mention-only channel
+        ({"thread_ts": "9.0"}, True, ("*",), False),  # every channel mention-only
+        ({"thread_ts": "9.0"}, True, ("C2",), True),  # another channel is mention-only, not this one
+        ({"thread_ts": "9.0", "text": "<@UBOT> now you"}, True, ("C1",), True),
+        ({"thread_ts": "9.0", "type": "app_mention", "text": "<@UBOT> hi"}, False, ("*",), True),
+        ({"thread_ts": "9.0", "channel": "D9", "channel_type": "im"}, True, ("*", "D9"), True),  # DMs always answer
+    ],
+)
+def test_mention_only_channels_answer_replies_only_when_they_name_the_bot(
+    event: dict[str, Any], in_session: bool, mention_only: tuple[str, ...], expected: bool
+) -> None:
+    incoming = classify(body(**event), BOT)
+    assert incoming is not None
+    assert addressed(incoming, in_session=in_session, mention_only_channels=mention_only) is expected
 
 
 def test_only_requesters_and_allowed_users_may_cancel() -> None:

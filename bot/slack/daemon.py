@@ -31,6 +31,7 @@ from bot.slack.cancel import Canceller
 from bot.slack.edits import EditScheduler
 from bot.slack.events import MessageRouter
 from bot.slack.filters import SESSION_PREFIX
+from bot.slack.health import SocketHealth, daemon_health
 from bot.slack.metrics import Metrics
 from bot.slack.output import SlackEdge
 from bot.slack.tokens import token_problem
@@ -41,6 +42,7 @@ EVENTS_PATH = "/slack/events"
 INGRESS_GRACE_S = 5.0
 EDGE_DRAIN_S = 10.0
 EDITS_FLUSH_S = 10.0
+LISTENER_SHUTDOWN_S = 2.0  # per aiohttp listener (Events API, metrics): open requests get this long
 
 
 async def serve(settings: Settings, *, port: int) -> None:
@@ -99,15 +101,22 @@ async def _run(
         ingress = _ingress(settings, client, core, edge, me, metrics)
         stack.push_async_callback(ingress.close, INGRESS_GRACE_S)
         _gauges(metrics, core, edge, edits, ingress)
-        if settings.bot_metrics_port is not None:
-            runner = await _listen(metrics.web_app(lambda: ingress.accepting), settings.bot_metrics_port)
-            stack.push_async_callback(runner.cleanup)
         app = build_app(settings, client, ingress, me)
+        handler, socket = None, None
         if app_token is not None:
             await check_app_token(client, app_token)
-            handler = AsyncSocketModeHandler(app, app_token)
+            handler = AsyncSocketModeHandler(app, app_token, ping_interval=settings.bot_socket_ping_interval_s)
             stack.push_async_callback(handler.close_async)
+            socket = SocketHealth(handler.client, metrics, max_silence_s=settings.bot_socket_max_silence_s)
+            metrics.gauge("socket_connected", "1 while the Socket Mode connection is up", lambda: socket.connected)
+        if settings.bot_metrics_port is not None:
+            health = daemon_health(lambda: ingress.accepting, socket)
+            runner = await _listen(metrics.web_app(health), settings.bot_metrics_port)
+            stack.push_async_callback(runner.cleanup)
+        if handler is not None and socket is not None:
             await handler.connect_async()  # type: ignore[no-untyped-call]
+            socket.start()
+            stack.push_async_callback(socket.close)  # first on the way out: no reconnect while closing
             _log_start(settings, me, "Socket Mode")
         else:
             runner = await _listen(app.web_app(path=EVENTS_PATH, port=port), port)
@@ -176,7 +185,7 @@ def _token_counters(metrics: Metrics, core: Core) -> None:
 
 
 async def _listen(app: web.Application, port: int) -> web.AppRunner:
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=LISTENER_SHUTDOWN_S)
     await runner.setup()
     try:
         await web.TCPSite(runner, "0.0.0.0", port).start()

@@ -22,7 +22,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.engine import Delivery, Engine
 from bot.config import Settings
-from bot.slack.filters import Incoming, allowed, classify, may_cancel
+from bot.slack.filters import Incoming, addressed, allowed, classify, may_cancel
 from bot.slack.history import thread_context, with_context
 from bot.slack.metrics import Metrics
 from bot.slack.output import SlackEdge
@@ -67,8 +67,9 @@ class MessageRouter:
 
     async def _route(self, incoming: Incoming, event_id: str) -> None:
         session_key = await self._store.resolve(incoming.key)
-        if session_key is None and not (incoming.mentioned or incoming.direct):
-            self._metrics.inc("events_ignored_total")  # chatter in a thread the bot is not part of
+        mention_only = self._settings.bot_mention_only_channels
+        if not addressed(incoming, in_session=session_key is not None, mention_only_channels=mention_only):
+            self._metrics.inc("events_ignored_total")  # chatter not meant for the bot: no turn, no injection, no 👀
             return
         if not await self._claim(incoming, event_id):
             self._metrics.inc("events_duplicate_total")

@@ -105,6 +105,17 @@ def classify(body: dict[str, Any], bot_user_id: str) -> Incoming | None:
     )
 
 
+def addressed(incoming: Incoming, *, in_session: bool, mention_only_channels: tuple[str, ...]) -> bool:
+    """Whether this message is for the bot: a mention or a DM always is; a plain reply in one of its threads is,
+    unless the channel is mention-only (`BOT_MENTION_ONLY_CHANNELS`, `*` for all), where people in a busy
+    thread talk to each other without the bot answering every line."""
+    if incoming.mentioned or incoming.direct:
+        return True
+    if not in_session:
+        return False
+    return not ("*" in mention_only_channels or incoming.channel in mention_only_channels)
+
+
 def allowed(user: str, channel: str, *, users: tuple[str, ...], channels: tuple[str, ...]) -> bool:
     """The allow-lists deny by default once set; an empty list lets everyone (everywhere) in."""
     return (not users or user in users) and (not channels or channel in channels)

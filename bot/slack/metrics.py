@@ -24,6 +24,7 @@ COUNTERS = {
     "cancels_total": "cancel requests (reactions, buttons, stop)",
     "slack_posts_total": "chat.postMessage calls that landed",
     "slack_errors_total": "Slack Web API calls that failed after retries",
+    "socket_reconnects_total": "Socket Mode sessions opened after the first (drops, stale pings, silence)",
 }
 
 
@@ -58,12 +59,12 @@ class Metrics:
             lines += [f'{PREFIX}{name}{{{label}="{value}"}} {count:g}' for value, count in read_family().items()]
         return "\n".join(lines) + "\n"
 
-    def web_app(self, healthy: Callable[[], bool]) -> web.Application:
-        """`/healthz` (200 while the daemon takes events, else 503) and `/metrics`."""
+    def web_app(self, health: Callable[[], tuple[bool, dict[str, object]]]) -> web.Application:
+        """`/healthz` (200 when `health` says ok, else 503; its report as JSON either way) and `/metrics`."""
 
         async def healthz(request: web.Request) -> web.Response:
-            ok = healthy()
-            return web.Response(status=200 if ok else 503, text="ok\n" if ok else "stopping\n")
+            ok, report = health()
+            return web.json_response(report, status=200 if ok else 503)
 
         async def metrics(request: web.Request) -> web.Response:
             return web.Response(text=self.render(), content_type="text/plain", charset="utf-8")

@@ -199,6 +199,7 @@ class SocketConnection:
     ws: web.WebSocketResponse
     opened_at: float
     closed_at: float | None = None
+    answers_pings: bool = True  # False: a half-dead link that stays open but never pongs (the SDK must notice)
 
     @property
     def open(self) -> bool:
@@ -1073,8 +1074,9 @@ class FakeSlack:
 
     async def _handle_ws(self, request: web.Request) -> web.WebSocketResponse:
         """A Socket Mode session: hello on connect, then record acks until either side closes.
-        Pings from the SDK (``sdk-ping-pong:<t>``) are answered by aiohttp's autoping with the same payload."""
-        ws = web.WebSocketResponse(autoping=True, timeout=self.ws_close_timeout)
+        Pings from the SDK (``sdk-ping-pong:<t>``) are answered with the same payload, unless the test turned
+        ``answers_pings`` off on the connection."""
+        ws = web.WebSocketResponse(autoping=False, timeout=self.ws_close_timeout)
         await ws.prepare(request)
         conn = SocketConnection(len(self.connections) + 1, request.query.get("ticket", ""), ws, time.perf_counter())
         self.connections.append(conn)
@@ -1090,6 +1092,8 @@ class FakeSlack:
             async for msg in ws:
                 if msg.type == WSMsgType.TEXT:
                     self._on_client_frame(msg.data)
+                elif msg.type == WSMsgType.PING and conn.answers_pings:
+                    await ws.pong(msg.data)
         finally:
             conn.closed_at = time.perf_counter()
             self._notify()

@@ -1,0 +1,270 @@
+"""The deploy files, checked without a container engine: parsed, cross-checked, and run where a tool exists here.
+
+Docker has no engine on the test machines, so the Dockerfile and the compose files are read as text/YAML and
+their promises checked one by one (dependency layer before the code, numeric UID, an init, a HEALTHCHECK whose
+command really fails on an unhealthy `/healthz`). The systemd unit goes through `systemd-analyze` when it is
+installed. Every stop timeout is compared with the daemon's worst-case graceful stop, summed from the very
+constants the shutdown path waits on, so raising one of them without the deploy files fails here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from bot import app as core_app
+from bot.agent import engine
+from bot.calls import registry
+from bot.schedule import scheduler
+from bot.slack import daemon
+from bot.slack.metrics import Metrics
+
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+AIOHTTP_WS_CLOSE_S = 10.0  # aiohttp's default for a websocket's close handshake (ClientWSTimeout.ws_close)
+
+
+def worst_case_stop_s() -> float:
+    """Every bounded wait of a graceful stop, in the order `serve()` unwinds its exit stack (they run one after
+    another): the socket's close handshake, the two aiohttp listeners, the handlers in flight, the scheduler's
+    jobs, the turns (grace, grace after cancel, then the cancel wait), the calls (grace, then the cancel wait),
+    the queued posts and the final edits."""
+    return (
+        AIOHTTP_WS_CLOSE_S
+        + 2 * daemon.LISTENER_SHUTDOWN_S
+        + daemon.INGRESS_GRACE_S
+        + scheduler.STOP_GRACE_S
+        + 2 * core_app.SHUTDOWN_GRACE_S
+        + engine.CANCEL_WAIT_S
+        + core_app.SHUTDOWN_GRACE_S
+        + registry.CANCEL_WAIT_S
+        + daemon.EDGE_DRAIN_S
+        + daemon.EDITS_FLUSH_S
+    )
+
+
+# --- Dockerfile -----------------------------------------------------------------------------------------------
+
+
+def dockerfile() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined, comments dropped."""
+    text = re.sub(r"\\\n", " ", (DEPLOY / "Dockerfile").read_text())
+    pairs = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            instruction, _, rest = line.partition(" ")
+            pairs.append((instruction.upper(), rest.strip()))
+    return pairs
+
+
+def env_of(pairs: list[tuple[str, str]]) -> dict[str, str]:
+    return {
+        key: value
+        for instruction, args in pairs
+        if instruction == "ENV"
+        for key, value in re.findall(r"(\w+)=(\S+)", args)
+    }
+
+
+def test_dependencies_are_installed_in_a_layer_before_the_code() -> None:
+    pairs = dockerfile()
+    steps = [f"{instruction} {args}" for instruction, args in pairs]
+    copy_pyproject = next(i for i, step in enumerate(steps) if step.startswith("COPY pyproject.toml"))
+    install_deps = next(i for i, step in enumerate(steps) if step.startswith("RUN") and "dependencies" in step)
+    copy_code = next(i for i, step in enumerate(steps) if re.match(r"COPY (bot|tools)\b", step))
+    assert copy_pyproject < install_deps < copy_code
+    assert pairs[copy_pyproject][1].split()[:-1] == ["pyproject.toml"], "only pyproject.toml may feed that layer"
+    later_installs = [step for step in steps[copy_code:] if "pip install" in step]
+    assert later_installs and all("--no-deps" in step for step in later_installs)
+
+
+def test_the_dependency_layer_installs_exactly_pyprojects_dependencies(tmp_path: Path) -> None:
+    """Run the layer's own command in a copy of the project, with `pip` swapped for a recorder."""
+    [command] = [args for instruction, args in dockerfile() if instruction == "RUN" and "dependencies" in args]
+    script = re.fullmatch(r'python -c "(.*)"', command)
+    assert script is not None, command
+    shutil.copy(DEPLOY.parent / "pyproject.toml", tmp_path)
+    recorder = (
+        "import subprocess, sys\n"
+        "subprocess.check_call = lambda argv: print(repr(argv[4:]))\n"
+        f"exec({script.group(1)!r})\n"
+    )
+    out = subprocess.run([sys.executable, "-c", recorder], cwd=tmp_path, capture_output=True, text=True, check=True)
+    expected = tomllib.loads((DEPLOY.parent / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert out.stdout.strip() == repr(["--no-cache-dir", *expected])
+
+
+def test_runs_as_a_fixed_numeric_uid_under_an_init() -> None:
+    pairs = dockerfile()
+    [user] = [args for instruction, args in pairs if instruction == "USER"]
+    assert re.fullmatch(r"\d+(:\d+)?", user), f"USER {user} is not numeric"
+    assert user.split(":")[0] != "0"
+    assert re.search(rf"--uid {user.split(':')[0]}\b", " ".join(args for i, args in pairs if i == "RUN"))
+    [entrypoint] = [args for instruction, args in pairs if instruction == "ENTRYPOINT"]
+    assert entrypoint.startswith('["/usr/bin/tini", "--"'), "an init must be PID 1 to reap run_command orphans"
+    assert any("install" in args and "tini" in args for instruction, args in pairs if instruction == "RUN")
+
+
+def _healthcheck_command() -> str:
+    [healthcheck] = [args for instruction, args in dockerfile() if instruction == "HEALTHCHECK"]
+    _, _, command = healthcheck.partition(" CMD ")
+    assert command, healthcheck
+    return command
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def _run_healthcheck(port: int) -> int:
+    """The HEALTHCHECK command as Docker runs it (`/bin/sh -c`), with the image's environment."""
+    env = {**os.environ, "BOT_METRICS_PORT": str(port), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    process = await asyncio.create_subprocess_exec(
+        "/bin/sh", "-c", _healthcheck_command(), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    return await asyncio.wait_for(process.wait(), 30)
+
+
+async def test_healthcheck_probes_healthz_on_the_metrics_port_of_the_image() -> None:
+    env = env_of(dockerfile())
+    assert env["BOT_DATA_DIR"] == "/data"
+    port = int(env["BOT_METRICS_PORT"])
+    assert "/healthz" in _healthcheck_command()
+    assert str(port) in next(args for instruction, args in dockerfile() if instruction == "EXPOSE").split()
+    healthy = True
+    runner = web.AppRunner(Metrics().web_app(lambda: (healthy, {})))
+    await runner.setup()
+    free = _free_port()
+    await web.TCPSite(runner, "127.0.0.1", free).start()
+    try:
+        assert await _run_healthcheck(free) == 0
+        healthy = False
+        assert await _run_healthcheck(free) != 0
+    finally:
+        await runner.cleanup()
+    assert await _run_healthcheck(free) != 0, "nothing listening must count as unhealthy"
+
+
+# --- compose ----------------------------------------------------------------------------------------------------
+
+
+def _compose(name: str) -> dict[str, Any]:
+    yaml = pytest.importorskip("yaml", reason="PyYAML (in the test extra) parses the compose files")
+    loaded = yaml.safe_load((DEPLOY / name).read_text())
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def _seconds(duration: str) -> float:
+    match = re.fullmatch(r"(?:(\d+)m)?(?:(\d+)s)?", duration)
+    assert match and duration, f"unreadable duration {duration!r}"
+    return int(match.group(1) or 0) * 60 + int(match.group(2) or 0)
+
+
+def test_compose_publishes_no_slack_port_in_socket_mode() -> None:
+    service = _compose("compose.yml")["services"]["threadbot"]
+    metrics_port = env_of(dockerfile())["BOT_METRICS_PORT"]
+    assert service["environment"]["BOT_METRICS_PORT"] == metrics_port
+    assert service["ports"] == [f"127.0.0.1:{metrics_port}:{metrics_port}"], "only the metrics port, on loopback"
+    assert service["env_file"] == "../.env"
+    assert service["volumes"] == ["threadbot-data:/data"]
+    assert "init" not in service, "the image's tini is the init; a second one would only warn"
+
+
+def test_compose_http_variant_publishes_the_events_port() -> None:
+    service = _compose("compose.http.yml")["services"]["threadbot"]
+    assert service["command"] == ["run", "--port", "3000"]
+    assert service["ports"] == ["3000:3000"]
+
+
+def test_compose_waits_longer_than_the_worst_case_stop_and_limits_logs() -> None:
+    service = _compose("compose.yml")["services"]["threadbot"]
+    assert _seconds(service["stop_grace_period"]) > worst_case_stop_s()
+    assert service["logging"]["options"]["max-size"]
+    assert int(service["logging"]["options"]["max-file"]) >= 1
+    assert service["restart"] == "unless-stopped"
+
+
+# --- systemd ----------------------------------------------------------------------------------------------------
+
+
+def unit() -> dict[str, list[str]]:
+    settings: dict[str, list[str]] = {}
+    for line in (DEPLOY / "threadbot.service").read_text().splitlines():
+        if "=" in line and not line.lstrip().startswith(("#", ";")):
+            key, _, value = line.partition("=")
+            settings.setdefault(key.strip(), []).append(value.strip())
+    return settings
+
+
+def test_unit_runs_sandboxed_with_its_own_state_directory() -> None:
+    settings = unit()
+    expected = {
+        "DynamicUser": "yes",
+        "StateDirectory": "threadbot",
+        "Environment": "BOT_DATA_DIR=%S/threadbot",
+        "RestartPreventExitStatus": "2",
+        "KillMode": "mixed",
+        "UMask": "0077",
+        "ProtectSystem": "strict",
+        "ProtectHome": "yes",
+        "PrivateTmp": "yes",
+        "NoNewPrivileges": "yes",
+        "EnvironmentFile": "/etc/threadbot.env",
+    }
+    assert {key: settings.get(key, [""])[-1] for key in expected} == expected
+    assert "User" not in settings and "ReadWritePaths" not in settings
+
+
+def test_unit_waits_longer_than_the_worst_case_stop() -> None:
+    [timeout] = unit()["TimeoutStopSec"]
+    assert float(timeout) > worst_case_stop_s()
+
+
+def test_a_config_error_exits_with_the_status_the_unit_does_not_restart(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BOT_", "SLACK_", "ANTHROPIC_"))}
+    env.update(PYTHONPATH=str(DEPLOY.parent), BOT_TIMEZONE="Mars/Olympus")
+    done = subprocess.run([sys.executable, "-m", "bot", "run"], cwd=tmp_path, env=env, capture_output=True, timeout=60)
+    assert str(done.returncode) in unit()["RestartPreventExitStatus"], done.stderr
+
+
+SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
+needs_systemd = pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze is not installed")
+
+
+@needs_systemd
+def test_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
+    """`verify` insists that ExecStart exists, so a copy points it at an executable that does."""
+    assert SYSTEMD_ANALYZE is not None
+    text = (DEPLOY / "threadbot.service").read_text()
+    copy = tmp_path / "threadbot.service"
+    copy.write_text(re.sub(r"(?m)^ExecStart=\S+", f"ExecStart={sys.executable}", text))
+    done = subprocess.run([SYSTEMD_ANALYZE, "verify", str(copy)], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (0, "")
+
+
+@needs_systemd
+def test_unit_scores_well_on_systemd_analyze_security() -> None:
+    assert SYSTEMD_ANALYZE is not None
+    done = subprocess.run(
+        [SYSTEMD_ANALYZE, "security", "--offline=yes", str(DEPLOY / "threadbot.service")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    match = re.search(r"Overall exposure level for threadbot\.service: (\d+\.\d+)", done.stdout)
+    assert match, done.stdout + done.stderr
+    assert float(match.group(1)) <= 2.0  # it was 8.8 ("EXPOSED") before the hardening
