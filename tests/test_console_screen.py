@@ -23,6 +23,7 @@ from bot.console.terminal import _waits_for_slot
         ("x" * 80, 80, "x" * 78 + "…"),
         ("⏳ " + "y" * 80, 40, "⏳ " + "y" * 35 + "…"),  # the emoji takes two columns
         ("⏳⏳⏳", 4, "⏳…"),
+        ("⏸️ pending", 80, "⏸ pending"),  # prompt_toolkit gives the emoji form one column: the text form it is
     ],
 )
 def test_fit_cuts_to_one_row_with_the_last_column_free(text: str, columns: int, shown: str) -> None:
@@ -37,6 +38,7 @@ def test_fit_cuts_to_one_row_with_the_last_column_free(text: str, columns: int, 
         ("the quick brown fox", 12, ("the quick", "brown fox")),
         ("abcdefghijklmnop", 8, ("abcdefg", "hijklmnop")),  # no space: a hard cut
         ("wide ⏳⏳⏳⏳ end", 10, ("wide", "⏳⏳⏳⏳ end")),
+        ("⏸️⏸️⏸️⏸️", 8, ("⏸️⏸️⏸️", "⏸️")),  # two columns each on screen, and never split from the selector
     ],
 )
 def test_break_row_splits_at_the_last_space_that_fits(text: str, columns: int, split: tuple[str, str] | None) -> None:
@@ -100,7 +102,7 @@ async def test_pending_shows_only_for_a_call_that_waits_for_a_slot(
     assert not any(f"{first} pending" in row for row in shown)
     assert any(f"⏳ {first} starting" in row or f"⏳ {first} running" in row for row in shown)
     # The second one really waits for that slot, and says so.
-    assert any(f"⏸️ {second} pending (waiting for a free slot)" in row for row in shown)
+    assert any(f"⏸ {second} pending (waiting for a free slot)" in row for row in shown)
     done = [line.split(" in ")[0] for line in screen.printed if line.startswith("✅")]
     assert done == [f"✅ {first} — done", f"✅ {second} — done"]
 
