@@ -9,6 +9,7 @@ from conftest import CoreFactory
 from fakes.anthropic_api import FakeAnthropic, Reply, tool_use
 from prompt_toolkit.utils import get_cwidth
 
+from bot.agent.engine import Delivery
 from bot.calls.models import CallStatus, ToolCall
 from bot.console.fit import break_row, fit
 from bot.console.screen import TerminalOutput
@@ -71,9 +72,10 @@ def test_a_streamed_answer_prints_whole_rows_and_keeps_the_rest_live() -> None:
 
 def test_a_mid_turn_line_is_echoed_with_the_acknowledgement() -> None:
     screen = Screen()
-    screen.output.said("first", injected=False)
-    screen.output.said("steer", injected=True)
-    assert screen.printed == ["you: first", "you: steer  👀"]
+    screen.output.said("first", Delivery.STARTED)
+    screen.output.said("steer", Delivery.INJECTED)
+    screen.output.said("late", Delivery.REFUSED)
+    assert screen.printed == ["you: first", "you: steer  👀", "you: late  (not sent: the console is shutting down)"]
 
 
 def test_the_thinking_indicator_shows_while_the_model_works() -> None:

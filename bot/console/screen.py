@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from bot.agent.engine import Delivery
 from bot.calls.models import CallStatus, ToolCall
 from bot.calls.summary import call_label, icon, state_text
 from bot.console.fit import break_row, fit
@@ -71,9 +72,14 @@ class TerminalOutput:
 
     # -- what the chat says -----------------------------------------------------------------
 
-    def said(self, line: str, *, injected: bool) -> None:
+    def said(self, line: str, delivery: Delivery) -> None:
         """Echo what the person typed, with the acknowledgement when it went into a running turn."""
-        self._print(f"you: {line}  {ACK}" if injected else f"you: {line}")
+        if delivery is Delivery.INJECTED:
+            self._print(f"you: {line}  {ACK}")
+        elif delivery is Delivery.REFUSED:
+            self._print(f"you: {line}  (not sent: the console is shutting down)")
+        else:
+            self._print(f"you: {line}")
 
     def line(self, text: str) -> None:
         self._print(text)

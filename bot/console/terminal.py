@@ -25,7 +25,7 @@ from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 from prompt_toolkit.output import Output
 from prompt_toolkit.patch_stdout import patch_stdout
 
-from bot.agent.engine import Delivery, Engine
+from bot.agent.engine import Engine
 from bot.app import Core, anthropic_provider, open_core
 from bot.calls.models import CallStatus, ToolCall
 from bot.config import Settings
@@ -44,7 +44,6 @@ class TerminalChat:
     def __init__(self, settings: Settings, *, session: str) -> None:
         self._settings = settings
         self._key = console_key(session)
-        self._engine: Engine | None = None
 
     async def run(self) -> int:
         model = anthropic_provider(self._settings)  # a missing key stops the chat before anything is drawn
@@ -87,8 +86,7 @@ class TerminalChat:
                 break
             if not line.strip():
                 break
-            delivery = engine.submit(self._key, line)
-            output.said(line, injected=delivery is Delivery.INJECTED)
+            output.said(line, engine.submit(self._key, line))
         if engine.is_busy(self._key):
             output.line("(letting the running turn finish — Ctrl-C cancels it)")
             await _wait_turn_with_sigint(engine, self._key, interrupts)
