@@ -14,6 +14,7 @@ from bot.calls.models import CallStatus, ToolCall
 from bot.console.fit import break_row, fit
 from bot.console.screen import TerminalOutput
 from bot.console.terminal import _waits_for_slot
+from bot.types import TurnOutcome
 
 
 @pytest.mark.parametrize(
@@ -78,12 +79,17 @@ def test_a_mid_turn_line_is_echoed_with_the_acknowledgement() -> None:
     assert screen.printed == ["you: first", "you: steer  👀", "you: late  (not sent: the console is shutting down)"]
 
 
-def test_the_thinking_indicator_shows_while_the_model_works() -> None:
+def test_the_indicator_shows_while_the_model_works_and_until_the_turn_ends() -> None:
     seconds: list[float | None] = [None]
     output = TerminalOutput(print_line=print, refresh=lambda: None, columns=lambda: 80, thinking_s=lambda: seconds[0])
     assert output.live_rows() == []
+    output.turn_started("console:t")
+    assert output.live_rows() == ["✳ working…"]
     seconds[0] = 2.2
     assert output.live_rows() == ["✳ thinking… 2s"]
+    seconds[0] = None
+    output.turn_finished(TurnOutcome("console:t"))
+    assert output.live_rows() == []
 
 
 async def test_pending_shows_only_for_a_call_that_waits_for_a_slot(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -38,6 +38,13 @@ async def start_console(terminal: FakeTerminal, fake: FakeAnthropic, tmp_path: P
 
 def has_row(text: str) -> object:
     return lambda rows: any(text in row for row in rows)
+
+
+def at_idle_prompt(terminal: FakeTerminal) -> Callable[[list[str]], bool]:
+    """The prompt with no live row over it: no turn runs and no call, so the next line starts a turn."""
+    return lambda rows: (
+        terminal.cursor_row() == PROMPT and not any(mark in row for row in rows for mark in ("✳", "⏳", "⏸"))
+    )
 
 
 def rows_with(rows: list[str], text: str) -> list[str]:
@@ -84,12 +91,12 @@ async def test_text_typed_mid_turn_is_kept_acknowledged_and_injected(
     assert terminal.cursor_row() == PROMPT
     thinking.set()
     await terminal.wait_for(has_row("assistant: Skipping the sleep."), "the answer")
-    await terminal.wait_for(lambda rows: not has_row("✳ thinking…")(rows), "the indicator gone")
+    await terminal.wait_for(lambda rows: not rows_with(rows, "✳"), "the turn over")
 
     terminal.type("\x03")  # Ctrl-C: the sleep still runs in the background, so this cancels it
     await terminal.wait_for(has_row("🚫 sleep_for(seconds=30) — cancelled by you (Ctrl-C)"), "the cancelled sleep")
     await terminal.wait_for(has_row("assistant: Noted the cancelled sleep."), "the background turn")
-    await terminal.wait_for(lambda rows: terminal.cursor_row() == PROMPT, "the prompt back")
+    await terminal.wait_for(at_idle_prompt(terminal), "the prompt with no turn running")
     terminal.type("\x04")  # Ctrl-D at the idle prompt leaves
     assert await terminal.wait_exit() == 0
     assert fake.rejections == []
@@ -141,7 +148,8 @@ async def test_the_prompt_returns_after_a_background_turn_and_a_reminder(
     terminal.type("sleep and remind me\r")
     await terminal.wait_for(has_row("assistant: The sleep finished."), "the background turn")
     await terminal.wait_for(has_row("⏰ stretch your legs"), "the reminder")
-    await terminal.wait_for(lambda rows: terminal.cursor_row() == PROMPT, "the prompt after them")
+    # The prompt is always there; with no live row over it, no turn runs: the next line starts one.
+    await terminal.wait_for(at_idle_prompt(terminal), "the prompt with no turn running")
 
     terminal.type("hello\r")
     rows = await terminal.wait_for(has_row("assistant: Hello back."), "the answer to the next line")

@@ -42,6 +42,8 @@ class TerminalOutput:
         self._on_turn_end: Callable[[], None] = lambda: None
         self._open: dict[str, ToolCall] = {}
         self._finished: set[str] = set()
+        self._turns: set[str] = set()
+        """Sessions with a turn running: until it ends, a line sent is a note to it, so the screen says so."""
         self._row: str | None = None
         """The answer row being streamed; None when no answer is."""
 
@@ -60,6 +62,8 @@ class TerminalOutput:
         parts = []
         if (thinking_s := self._thinking_s()) is not None:
             parts.append(f"✳ thinking… {thinking_s:.0f}s")
+        elif self._turns and not self._open:
+            parts.append("✳ working…")
         parts.extend(self._call_part(call) for call in self._open.values())
         if parts:
             rows.append(" | ".join(parts))
@@ -87,6 +91,7 @@ class TerminalOutput:
     # -- EngineOutput -----------------------------------------------------------------------
 
     def turn_started(self, session_key: str) -> None:
+        self._turns.add(session_key)
         self._refresh()
 
     def text_delta(self, session_key: str, delta: str) -> None:
@@ -129,6 +134,7 @@ class TerminalOutput:
         self._print(f"⏰ {text}")
 
     def turn_finished(self, outcome: TurnOutcome) -> None:
+        self._turns.discard(outcome.session_key)
         self._on_turn_end()
         self.text_done(outcome.session_key)
         if outcome.cancelled_by:
