@@ -13,7 +13,7 @@ from bot.agent.engine import Delivery
 from bot.calls.models import CallStatus, ToolCall
 from bot.console.fit import break_row, fit
 from bot.console.screen import TerminalOutput
-from bot.console.terminal import _waits_for_slot
+from bot.console.terminal import waits_for_slot
 from bot.types import TurnOutcome
 
 
@@ -97,7 +97,7 @@ async def test_pending_shows_only_for_a_call_that_waits_for_a_slot(
 ) -> None:
     screen = Screen(columns=200)
     core = await core_factory(output=screen.output, bot_max_concurrent_tools_per_session=1)
-    screen.output.attach(waits_for_slot=partial(_waits_for_slot, core), on_turn_end=lambda: None)
+    screen.output.attach(waits_for_slot=partial(waits_for_slot, core), on_turn_end=lambda: None)
     fake.script(
         Reply.tools(tool_use("sleep_for", {"seconds": 0.3}), tool_use("sleep_for", {"seconds": 0.2})),
         Reply.text_only("Both slept."),

@@ -62,7 +62,7 @@ class TerminalChat:
                 try:
                     async with open_core(self._settings, output, provider=thinking, owns=owns_console_session) as core:
                         interrupts = Interrupts(self._key, engine=core.engine, registry=core.registry, say=output.line)
-                        output.attach(waits_for_slot=partial(_waits_for_slot, core), on_turn_end=interrupts.reset)
+                        output.attach(waits_for_slot=partial(waits_for_slot, core), on_turn_end=interrupts.reset)
                         await self._converse(prompt, output, interrupts, core.engine)
                 finally:
                     await printer.drain()
@@ -145,7 +145,7 @@ async def _wait_turn_with_sigint(engine: Engine, key: str, interrupts: Interrupt
         loop.remove_signal_handler(signal.SIGINT)
 
 
-def _waits_for_slot(core: Core, call: ToolCall) -> bool:
+def waits_for_slot(core: Core, call: ToolCall) -> bool:
     """A `pending` call is shown as pending only when the caps really hold it back, not just before it starts."""
     tool = core.toolbox.get(call.tool_name)
     uses_slot = tool is not None and tool.uses_slot
@@ -154,10 +154,15 @@ def _waits_for_slot(core: Core, call: ToolCall) -> bool:
 
 @contextlib.contextmanager
 def _logs_above_prompt() -> Iterator[None]:
-    """Inside `patch_stdout`: log handlers write to the proxy (above the prompt), and only warnings and errors."""
+    """Inside `patch_stdout`: terminal log handlers write to the proxy (above the prompt), and only warnings
+    and errors; a log file keeps its own stream."""
     root = logging.getLogger()
     level = root.level
-    handlers = [handler for handler in root.handlers if isinstance(handler, logging.StreamHandler)]
+    handlers = [
+        handler
+        for handler in root.handlers
+        if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler)
+    ]
     streams = [handler.setStream(sys.stderr) for handler in handlers]
     root.setLevel(max(level, logging.WARNING))
     try:
