@@ -334,6 +334,10 @@ class CallRegistry:
         if ids:
             await self._store.mark_delivered(ids)
 
+    def slots_full(self, session_key: str) -> bool:
+        """Whether a new call of this session would wait for a slot (a `pending` call may just be about to start)."""
+        return self._slots.full(session_key)
+
     @property
     def running_count(self) -> int:
         return len(self._tasks)

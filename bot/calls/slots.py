@@ -38,6 +38,11 @@ class Slots:
         async with session, self._global:
             yield
 
+    def full(self, session_key: str) -> bool:
+        """Whether a call of this session would wait now: its session's cap or the global one is reached."""
+        session = self._sessions.get(session_key)
+        return self._global.locked() or (session is not None and session.locked())
+
     def forget(self, session_key: str) -> None:
         """Drop an idle session's semaphore (call only when the session has no open call)."""
         self._sessions.pop(session_key, None)

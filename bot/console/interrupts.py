@@ -1,0 +1,50 @@
+"""Ctrl-C in the console: the first press cancels the running calls, the next stops the whole turn.
+
+Calls still running in the background after their turn ended count as running: Ctrl-C
+cancels them rather than leaving. Shared by the piped chat (where Ctrl-C is SIGINT) and
+the terminal (where it is a key), so both count presses and word the hint the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from bot.agent.engine import Engine
+from bot.calls.registry import CallRegistry
+
+BY = "you (Ctrl-C)"
+
+
+class Interrupts:
+    def __init__(self, session_key: str, *, engine: Engine, registry: CallRegistry, say: Callable[[str], None]) -> None:
+        self._key = session_key
+        self._engine = engine
+        self._registry = registry
+        self._say = say
+        self._presses = 0
+        self._cancels: set[asyncio.Task[object]] = set()
+
+    def reset(self) -> None:
+        """The turn ended (or a new one began): the next press cancels calls again rather than a turn."""
+        self._presses = 0
+
+    def press(self) -> bool:
+        """Cancel what runs; False when nothing runs (then Ctrl-C means "leave")."""
+        engine = self._engine
+        if engine.is_busy(self._key):
+            self._presses += 1
+            if self._presses == 1:
+                self._say("(cancelling running tool calls — Ctrl-C again stops the whole turn)")
+                cancel = engine.cancel_calls(self._key, by=BY)
+            else:
+                cancel = engine.cancel_turn(self._key, by=BY)
+        elif self._registry.open_calls(self._key):
+            self._say("(cancelling the tool calls still running in the background)")
+            cancel = engine.cancel_calls(self._key, by=BY)
+        else:
+            return False
+        task: asyncio.Task[object] = asyncio.ensure_future(cancel)
+        self._cancels.add(task)
+        task.add_done_callback(self._cancels.discard)
+        return True

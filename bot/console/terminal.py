@@ -1,0 +1,174 @@
+"""The interactive console, on prompt_toolkit: the prompt stays at the bottom, output scrolls above it.
+
+One `PromptSession` stays open for the whole chat, so the prompt is there after every
+turn, background result or reminder, and what the person is typing is redrawn, never
+erased, when output arrives. A line entered while a turn runs goes into that turn
+and is acknowledged. Ctrl-C while a turn runs cancels its calls (twice: the turn);
+with nothing running it leaves, as do Ctrl-D and an empty line. Logs go above the
+prompt too, and only from WARNING up: a chat is not a daemon's log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Iterator
+from functools import partial
+
+from prompt_toolkit import PromptSession
+from prompt_toolkit.application import run_in_terminal
+from prompt_toolkit.formatted_text import StyleAndTextTuples
+from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
+from prompt_toolkit.output import Output
+from prompt_toolkit.patch_stdout import patch_stdout
+
+from bot.agent.engine import Engine
+from bot.app import Core, anthropic_provider, open_core
+from bot.calls.models import CallStatus, ToolCall
+from bot.config import Settings
+from bot.console import console_key, owns_console_session
+from bot.console.interrupts import Interrupts
+from bot.console.screen import TerminalOutput
+from bot.console.thinking import WatchedProvider
+from bot.text import clean_text
+
+BANNER = "threadbot console — Ctrl-D or an empty line to exit, Ctrl-C cancels tools"
+PROMPT = "you: "
+REFRESH_S = 0.5
+"""How often the live rows are redrawn while nothing else happens, so the seconds shown tick."""
+
+
+class TerminalChat:
+    def __init__(self, settings: Settings, *, session: str) -> None:
+        self._settings = settings
+        self._key = console_key(session)
+
+    async def run(self) -> int:
+        model = anthropic_provider(self._settings)  # a missing key stops the chat before anything is drawn
+        try:
+            with patch_stdout(), _logs_above_prompt():
+                prompt: PromptSession[str] = PromptSession(erase_when_done=True, refresh_interval=REFRESH_S)
+                printer = AbovePrompt(prompt.output)
+                thinking = WatchedProvider(model, on_change=prompt.app.invalidate)
+                output = TerminalOutput(
+                    print_line=printer,
+                    refresh=prompt.app.invalidate,
+                    columns=lambda: prompt.output.get_size().columns,
+                    thinking_s=lambda: thinking.thinking_s,
+                )
+                printer(BANNER)
+                try:
+                    async with open_core(self._settings, output, provider=thinking, owns=owns_console_session) as core:
+                        interrupts = Interrupts(self._key, engine=core.engine, registry=core.registry, say=output.line)
+                        output.attach(waits_for_slot=partial(waits_for_slot, core), on_turn_end=interrupts.reset)
+                        await self._converse(prompt, output, interrupts, core.engine)
+                finally:
+                    await printer.drain()
+        finally:
+            await model.close()
+        return 0
+
+    async def _converse(
+        self, prompt: PromptSession[str], output: TerminalOutput, interrupts: Interrupts, engine: Engine
+    ) -> None:
+        bindings = _interrupt_bindings(interrupts)
+
+        def message() -> StyleAndTextTuples:
+            rows = output.live_rows()
+            return [("class:status", "".join(row + "\n" for row in rows)), ("", PROMPT)]
+
+        while True:
+            try:
+                line = clean_text(await prompt.prompt_async(message, key_bindings=bindings))
+            except (EOFError, KeyboardInterrupt):
+                break
+            if not line.strip():
+                break
+            output.said(line, engine.submit(self._key, line))
+        if engine.is_busy(self._key):
+            output.line("(letting the running turn finish — Ctrl-C cancels it)")
+            await _wait_turn_with_sigint(engine, self._key, interrupts)
+
+
+class AbovePrompt:
+    """Prints settled lines above the prompt, in order; lines that come together share one repaint."""
+
+    def __init__(self, output: Output) -> None:
+        self._output = output
+        self._lines: list[str] = []
+        self._last: Awaitable[None] | None = None
+
+    def __call__(self, line: str) -> None:
+        if not self._lines:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._lines.append(line)
+
+    async def drain(self) -> None:
+        """Print what is still queued (the chat is ending: no later repaint will)."""
+        self._flush()
+        if self._last is not None:
+            await self._last
+
+    def _flush(self) -> None:
+        if not self._lines:
+            return
+        text = "".join(line + "\n" for line in self._lines)
+        self._lines = []
+        self._last = run_in_terminal(partial(self._write, text))
+
+    def _write(self, text: str) -> None:
+        self._output.write(text)  # prompt_toolkit escapes control sequences: a tool cannot drive the terminal
+        self._output.flush()
+
+
+def _interrupt_bindings(interrupts: Interrupts) -> KeyBindings:
+    bindings = KeyBindings()
+
+    @bindings.add("c-c")
+    @bindings.add("<sigint>")
+    def _interrupt(event: KeyPressEvent) -> None:
+        if not interrupts.press():
+            event.app.exit(exception=EOFError())
+
+    return bindings
+
+
+async def _wait_turn_with_sigint(engine: Engine, key: str, interrupts: Interrupts) -> None:
+    """Without a prompt the terminal is in cooked mode again: Ctrl-C arrives as SIGINT."""
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, interrupts.press)
+    try:
+        await engine.wait_turn(key)
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+
+
+def waits_for_slot(core: Core, call: ToolCall) -> bool:
+    """A `pending` call is shown as pending only when the caps really hold it back, not just before it starts."""
+    tool = core.toolbox.get(call.tool_name)
+    uses_slot = tool is not None and tool.uses_slot
+    return call.status is CallStatus.PENDING and uses_slot and core.registry.slots_full(call.session_key)
+
+
+@contextlib.contextmanager
+def _logs_above_prompt() -> Iterator[None]:
+    """Inside `patch_stdout`: terminal log handlers write to the proxy (above the prompt), and only warnings
+    and errors; a log file keeps its own stream."""
+    root = logging.getLogger()
+    level = root.level
+    handlers = [
+        handler
+        for handler in root.handlers
+        if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler)
+    ]
+    streams = [handler.setStream(sys.stderr) for handler in handlers]
+    root.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+        for handler, stream in zip(handlers, streams, strict=True):
+            handler.setStream(stream)
