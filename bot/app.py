@@ -23,12 +23,16 @@ from bot.calls.registry import CallRegistry
 from bot.calls.system_tools import system_tools
 from bot.config import Settings
 from bot.errors import ConfigError
+from bot.mcp.config import load_mcp_config
+from bot.mcp.source import McpTools
 from bot.model.anthropic import AnthropicProvider
+from bot.operator_tools import SourcedTool, load_entry_point_tools, load_module_tools, unique_tools
 from bot.schedule import Scheduler, build_scheduler
 from bot.schedule.firing import Clock
 from bot.store import Store
 from bot.types import EngineOutput, Provider, SessionFilter, TimezoneLookup
 from tools import builtin_tools
+from tools.base import Tool
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +50,8 @@ class Core:
     scheduler: Scheduler
     orphans: list[ToolCall]
     """Calls a previous process left unfinished, marked orphaned at this start (edges may repaint them)."""
+    mcp: McpTools | None = None
+    """The MCP servers of BOT_MCP_CONFIG, when set."""
 
 
 def anthropic_provider(settings: Settings, *, max_retries: int = 2) -> AnthropicProvider:
@@ -54,6 +60,18 @@ def anthropic_provider(settings: Settings, *, max_retries: int = 2) -> Anthropic
     if client.api_key is None and client.auth_token is None:
         raise ConfigError("ANTHROPIC_API_KEY: not set (the Anthropic API key the model is called with)")
     return AnthropicProvider(model=settings.bot_model, max_tokens=settings.bot_max_tokens, client=client)
+
+
+def fixed_tools(settings: Settings, registry: CallRegistry, operator: list[SourcedTool]) -> list[Tool]:
+    """Built-in, system and operator tools; a name declared twice stops the start, naming both origins."""
+    builtin = [
+        SourcedTool(item, "the built-in tools") for item in builtin_tools(enable_shell=settings.bot_enable_shell)
+    ]
+    system = [
+        SourcedTool(item, "the system tools")
+        for item in system_tools(registry, wait_max_s=settings.bot_status_wait_max_s)
+    ]
+    return unique_tools([*builtin, *system, *operator])
 
 
 @contextlib.asynccontextmanager
@@ -78,6 +96,9 @@ async def open_core(
     `owns` keeps the scheduler to this edge's sessions. `before_store_closes` lets an
     edge send what the shutdown itself produced while the store can still be written.
     """
+    # Loaded first: a broken operator module or MCP file stops the start before anything opens.
+    operator = [*load_module_tools(settings.bot_tool_modules), *load_entry_point_tools()]
+    mcp_servers = load_mcp_config(settings.bot_mcp_config) if settings.bot_mcp_config else []
     async with contextlib.AsyncExitStack() as stack:
         store = await Store.open(settings.db_path)
         stack.push_async_callback(store.close)
@@ -95,9 +116,13 @@ async def open_core(
         )
         orphans = await registry.recover()
         registry.subscribe(output.call_changed)
-        toolbox = Toolbox(builtin_tools(enable_shell=settings.bot_enable_shell))
-        for item in system_tools(registry, wait_max_s=settings.bot_status_wait_max_s):
-            toolbox.add(item)
+        toolbox = Toolbox(fixed_tools(settings, registry, operator))
+        mcp = None
+        if mcp_servers:
+            # Entered after the store, so it closes before it; its calls are cancelled by the registry's
+            # shutdown first, while the sessions can still tell the servers.
+            mcp = await stack.enter_async_context(McpTools(mcp_servers, reserved=toolbox.names))
+            toolbox.add_source(mcp)
         runner = TurnRunner(
             provider=provider,
             registry=registry,
@@ -127,7 +152,7 @@ async def open_core(
             owns=owns,
         )
         await scheduler.start()
-        core = Core(settings, store, registry, toolbox, engine, provider, scheduler, orphans)
+        core = Core(settings, store, registry, toolbox, engine, provider, scheduler, orphans, mcp)
         try:
             yield core
         finally:

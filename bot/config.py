@@ -122,8 +122,12 @@ class Settings(BaseSettings):
     bot_enable_shell: bool = False
     bot_metrics_port: int | None = Field(None, gt=0, lt=65536)
     bot_log_format: str = "text"
+    bot_mcp_config: Path | None = None
+    bot_tool_modules: CommaList = ()
 
-    @field_validator("bot_allowed_users", "bot_allowed_channels", "bot_cancel_reactions", mode="before")
+    @field_validator(
+        "bot_allowed_users", "bot_allowed_channels", "bot_cancel_reactions", "bot_tool_modules", mode="before"
+    )
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         return _split_commas(value)
@@ -140,7 +144,7 @@ class Settings(BaseSettings):
             return ActiveHours.parse(value) if value.strip() else None
         return value
 
-    @field_validator("bot_heartbeat_channel", "bot_metrics_port", mode="before")
+    @field_validator("bot_heartbeat_channel", "bot_metrics_port", "bot_mcp_config", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
