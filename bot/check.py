@@ -10,6 +10,7 @@ import aiohttp
 from bot.app import anthropic_provider
 from bot.config import Settings
 from bot.errors import ConfigError, ModelError, ThreadbotError
+from bot.mcp.check import check_mcp
 from bot.slack.app import build_client, identify
 from bot.store import Store
 from bot.types import ModelRequest
@@ -48,7 +49,12 @@ async def check_model(settings: Settings) -> str:
     return f"model {settings.bot_model} answers"
 
 
-CHECKS: dict[str, Check] = {"database": check_database, "slack": check_slack, "model": check_model}
+CHECKS: dict[str, Check] = {
+    "database": check_database,
+    "slack": check_slack,
+    "model": check_model,
+    "mcp": check_mcp,
+}
 
 
 async def run_checks(settings: Settings) -> int:

@@ -17,12 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx2
 import mcp_types as types
 from mcp import Client
+from mcp.client.session import MessageHandlerFnT
 from mcp.client.subscriptions import SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -152,23 +153,26 @@ class McpConnection:
     async def _connected_session(self, stderr: StderrLog | None) -> None:
         """One life of the connection: connect, list, serve calls until it ends."""
         self._lost = asyncio.Event()
-        async with contextlib.AsyncExitStack() as stack:
-            streams = open_transport(self.config, self._lost, stderr.writer if stderr else None)
-            client = Client(streams, message_handler=self._on_message, mode="auto")
+        async with connected_client(self.config, self._lost, stderr, self._on_message) as client:
             async with asyncio.timeout(self.config.startup_timeout_s):
-                await stack.enter_async_context(client)
-                await self._list_tools(client)
+                self.tools = await list_tools(client, self.config)
+            self._on_tools_changed()
+            listening = None
             if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
                 listening = asyncio.create_task(self._listen(client), name=f"mcp-listen:{self.name}")
-                stack.push_async_callback(_cancel_and_wait, listening)
             self._client = client
             self.reason = "the connection closed"
             self.down.clear()
             self.ready.set()
             log.info("MCP server %r ready: %d tools (protocol %s)", self.name, len(self.tools), client.protocol_version)
-            await self._lost.wait()
-            self._client = None
-            self.ready.clear()
+            try:
+                await self._lost.wait()
+            finally:
+                self._client = None
+                self.ready.clear()
+                for task in (listening, self._refreshing):
+                    if task is not None:
+                        await _cancel_and_wait(task)
 
     def _connection_lost(self, reason: str) -> None:
         if not self._lost.is_set():
@@ -176,18 +180,6 @@ class McpConnection:
             self._lost.set()
 
     # -- the tool list --------------------------------------------------------------------
-
-    async def _list_tools(self, client: Client) -> None:
-        listed: list[types.Tool] = []
-        cursor: str | None = None
-        for _ in range(MAX_TOOL_PAGES):
-            page = await client.list_tools(cursor=cursor)
-            listed.extend(page.tools)
-            cursor = page.next_cursor
-            if not cursor:
-                break
-        self.tools = [item for item in listed if self.config.offers(item.name)]
-        self._on_tools_changed()
 
     async def _on_message(self, message: Any) -> None:
         """`tools/list_changed`: refetch now, so the next model request sees the new list."""
@@ -199,7 +191,8 @@ class McpConnection:
 
     async def _refresh(self, client: Client) -> None:
         try:
-            await self._list_tools(client)
+            self.tools = await list_tools(client, self.config)
+            self._on_tools_changed()
             log.info("MCP server %r changed its tools: now %d", self.name, len(self.tools))
         except (MCPError, *_LOST_ERRORS) as exc:
             log.warning("MCP server %r: refreshing its tools failed: %s", self.name, exc)
@@ -214,6 +207,35 @@ class McpConnection:
             self._connection_lost("the server's event stream dropped")
         except (MCPError, *_LOST_ERRORS, RuntimeError) as exc:
             log.info("MCP server %r offers no change subscription (%s)", self.name, exc)
+
+
+@contextlib.asynccontextmanager
+async def connected_client(
+    config: McpServerConfig,
+    lost: asyncio.Event,
+    stderr: StderrLog | None,
+    on_message: MessageHandlerFnT | None = None,
+) -> AsyncIterator[Client]:
+    """A client past the handshake (bounded by the server's startup timeout); `lost` is set when the link ends."""
+    transport = open_transport(config, lost, stderr.writer if stderr else None)
+    async with contextlib.AsyncExitStack() as stack:
+        client = Client(transport, message_handler=on_message, mode="auto")
+        async with asyncio.timeout(config.startup_timeout_s):
+            await stack.enter_async_context(client)
+        yield client
+
+
+async def list_tools(client: Client, config: McpServerConfig) -> list[types.Tool]:
+    """Every page of the server's tools, minus those the operator did not allow."""
+    listed: list[types.Tool] = []
+    cursor: str | None = None
+    for _ in range(MAX_TOOL_PAGES):
+        page = await client.list_tools(cursor=cursor)
+        listed.extend(page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return [item for item in listed if config.offers(item.name)]
 
 
 async def _cancel_and_wait(task: asyncio.Task[None]) -> None:
