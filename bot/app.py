@@ -11,6 +11,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import anthropic
 
@@ -24,7 +25,6 @@ from bot.calls.system_tools import system_tools
 from bot.config import Settings
 from bot.errors import ConfigError
 from bot.mcp.config import load_mcp_config
-from bot.mcp.source import McpTools
 from bot.model.anthropic import AnthropicProvider
 from bot.operator_tools import SourcedTool, load_entry_point_tools, load_module_tools, unique_tools
 from bot.schedule import Scheduler, build_scheduler
@@ -33,6 +33,9 @@ from bot.store import Store
 from bot.types import EngineOutput, Provider, SessionFilter, TimezoneLookup
 from tools import builtin_tools
 from tools.base import Tool
+
+if TYPE_CHECKING:
+    from bot.mcp.source import McpTools
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +122,8 @@ async def open_core(
         toolbox = Toolbox(fixed_tools(settings, registry, operator))
         mcp = None
         if mcp_servers:
+            from bot.mcp.source import McpTools  # the SDK takes seconds to import; only load it when used
+
             # Entered after the store, so it closes before it; its calls are cancelled by the registry's
             # shutdown first, while the sessions can still tell the servers.
             mcp = await stack.enter_async_context(McpTools(mcp_servers, reserved=toolbox.names))

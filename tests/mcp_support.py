@@ -10,7 +10,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,18 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+async def wait_until(check: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
+    """Wait for a condition another process brings about (a line in its file or log).
+
+    There is no event to wait on across processes, so it is looked at every 10 ms, for at most `timeout_s`.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not happen within {timeout_s}s")
+        await asyncio.sleep(0.01)
 
 
 class Record:
@@ -43,16 +55,9 @@ class Record:
         return [int(event.split()[1]) for _, event in self.events() if event.startswith("pid ")]
 
     async def wait(self, event: str, count: int = 1, timeout_s: float = WAIT_S) -> float:
-        """Wait until `event` was recorded `count` times; returns when the server recorded the last one.
-
-        The server is another process, so the file is looked at every 10 ms: a bounded wait on a condition.
-        """
-        deadline = time.monotonic() + timeout_s
-        while len(found := self.times(event)) < count:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the MCP server never recorded {event!r} x{count}; it recorded {self.events()}")
-            await asyncio.sleep(0.01)
-        return found[count - 1]
+        """Wait until `event` was recorded `count` times; returns when the server recorded the last one."""
+        await wait_until(lambda: len(self.times(event)) >= count, f"the MCP server recording {event!r} x{count}")
+        return self.times(event)[count - 1]
 
 
 def stdio_entry(record: Record, **extra: Any) -> dict[str, Any]:
