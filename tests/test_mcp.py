@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import signal
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -267,7 +268,8 @@ async def test_allow_and_deny_lists_and_disabled_servers(
 async def test_a_server_that_cannot_start_blocks_nothing(
     core_factory: CoreFactory, fake: FakeAnthropic, record: Record, tmp_path: Path
 ) -> None:
-    servers = {"broken": {"command": "/nonexistent/mcp-server"}, "test": stdio_entry(record)}
+    silent = {"command": sys.executable, "args": ["-c", "import time; time.sleep(60)"], "startupTimeoutSeconds": 60}
+    servers = {"broken": {"command": "/nonexistent/mcp-server"}, "test": stdio_entry(record), "silent": silent}
     core = await core_factory(bot_mcp_config=write_config(tmp_path / "mcp.json", servers))
     assert core.mcp is not None
     good = core.mcp.connections[1]
@@ -279,3 +281,4 @@ async def test_a_server_that_cannot_start_blocks_nothing(
     outcome = await core.engine.run_turn(KEY, "hello")
     assert outcome is not None and outcome.text == "fine"
     assert broken.reason == "command not found: /nonexistent/mcp-server"
+    assert not core.mcp.connections[2].ready.is_set()  # still waiting for its handshake, delaying nothing

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from mcp_support import Record, http_server, stdio_entry, write_config
+from mcp_support import Record, free_port, http_server, stdio_entry, write_config
 
 from bot import check
 from bot.config import Settings
@@ -44,16 +44,18 @@ async def test_each_failure_is_named_and_the_check_exits_non_zero(
             "startupTimeoutSeconds": 0.5,
         },
         "off": {"command": "/nonexistent/too", "enabled": False},
+        "nowhere": {"type": "http", "url": f"http://127.0.0.1:{free_port()}/mcp", "startupTimeoutSeconds": 5},
     }
     settings = make_settings(bot_mcp_config=write_config(tmp_path / "mcp.json", servers))
     monkeypatch.setattr(check, "CHECKS", {"mcp": check_mcp})
     assert await check.run_checks(settings) == 1
     printed = capsys.readouterr().out.splitlines()
-    assert printed[1] == "✗ mcp: 3 of 4 MCP servers failed"
+    assert printed[1] == "✗ mcp: 4 of 5 MCP servers failed"
     assert printed[2] == "  ✓ good: 8 tools"
     assert printed[3] == "  ✗ missing: command not found: /nonexistent/bin/mcp-server"
     assert printed[4].startswith("  ✗ garbage: handshake failed: ")
     assert printed[5] == "  ✗ silent: no answer to the handshake within 0.5s"
+    assert printed[6].startswith("  ✗ nowhere: cannot reach http://127.0.0.1:"), printed[6]
 
 
 async def test_a_broken_file_and_no_file(make_settings: Callable[..., Settings], tmp_path: Path) -> None:
