@@ -219,7 +219,8 @@ async def connected_client(
     """A client past the handshake (bounded by the server's startup timeout); `lost` is set when the link ends."""
     transport = open_transport(config, lost, stderr.writer if stderr else None)
     async with contextlib.AsyncExitStack() as stack:
-        client = Client(transport, message_handler=on_message, mode="auto")
+        # No response cache: tools are listed at connect and on change only, and must then be fresh.
+        client = Client(transport, message_handler=on_message, mode="auto", cache=None)
         async with asyncio.timeout(config.startup_timeout_s):
             await stack.enter_async_context(client)
         yield client

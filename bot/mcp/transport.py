@@ -71,19 +71,25 @@ async def watched(transport: Transport, ended: asyncio.Event) -> AsyncIterator[T
 
 
 class StderrLog:
-    """A pipe whose write end a stdio server gets as stderr; each line it writes is logged as ours."""
+    """A pipe whose write end a stdio server gets as stderr; each line it writes is logged as ours.
+
+    One pipe serves every restart of the server, so it is opened once and closed at the end.
+    """
 
     def __init__(self, server: str) -> None:
         self._server = server
         read_fd, write_fd = os.pipe()
         self.writer: TextIO = os.fdopen(write_fd, "w")
-        self._reader = os.fdopen(read_fd, "rb")
+        self._read_fd = read_fd
+        self._transport: asyncio.ReadTransport | None = None
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         stream = asyncio.StreamReader()
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stream), self._reader)
+        self._transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(stream), os.fdopen(self._read_fd, "rb")
+        )
         self._task = asyncio.create_task(self._pump(stream), name=f"mcp-stderr:{self._server}")
 
     async def _pump(self, stream: asyncio.StreamReader) -> None:
@@ -98,7 +104,10 @@ class StderrLog:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        self._reader.close()
+        if self._transport is not None:
+            self._transport.close()  # closes the read end too
+        else:
+            os.close(self._read_fd)
 
 
 @contextlib.asynccontextmanager
