@@ -102,3 +102,17 @@ def test_tool_names_follow_the_convention_and_stay_valid_and_unique() -> None:
 def test_tool_names_avoid_names_already_taken() -> None:
     names = model_tool_names("ci", ["run"], taken=["mcp__ci__run"])
     assert names["run"] != "mcp__ci__run" and API_NAME.fullmatch(names["run"])
+
+
+def test_the_settings_read_the_mcp_file_and_tool_modules_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, clean_env: None
+) -> None:
+    from bot.config import load_settings
+
+    monkeypatch.setenv("BOT_MCP_CONFIG", "/etc/threadbot/mcp.json")
+    monkeypatch.setenv("BOT_TOOL_MODULES", "mytools, team.tools")
+    settings = load_settings(_env_file=None)
+    assert settings.bot_mcp_config == Path("/etc/threadbot/mcp.json")
+    assert settings.bot_tool_modules == ("mytools", "team.tools")
+    monkeypatch.setenv("BOT_MCP_CONFIG", "")
+    assert load_settings(_env_file=None).bot_mcp_config is None
