@@ -6,12 +6,14 @@ import asyncio
 
 from bot.config import Settings
 from bot.mcp.config import McpServerConfig, Transport, load_mcp_config
-from bot.mcp.connection import connected_client, describe_failure, list_tools
-from bot.mcp.transport import StderrLog
 
 
 async def probe(config: McpServerConfig) -> str:
     """`✓ name: N tools` or `✗ name: why`, after one real start, handshake and listing."""
+    # The SDK takes seconds to import; `threadbot check` without MCP servers should not wait for it.
+    from bot.mcp.connection import connected_client, describe_failure, list_tools
+    from bot.mcp.transport import StderrLog
+
     stderr = StderrLog(config.name) if config.transport is Transport.STDIO else None
     if stderr is not None:
         await stderr.start()
