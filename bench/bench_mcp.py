@@ -36,7 +36,7 @@ from bot.types import ModelReply, ModelRequest, TextSink  # noqa: E402
 from tools.base import JSON, Tool, ToolContext, tool  # noqa: E402
 
 CALL_RUNS = 100
-CANCEL_RUNS = 30
+CANCEL_RUNS = 20
 
 
 class InstantModel:
