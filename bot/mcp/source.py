@@ -11,7 +11,6 @@ model sees does not change from one request to the next without a reason.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Iterable, Sequence
 from types import TracebackType
@@ -51,9 +50,11 @@ class McpTools:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        for connection in self.connections:
-            with contextlib.suppress(Exception):
-                await connection.close()
+        # At once: a stdio server that ignores its closed stdin gets a grace period before it is killed.
+        results = await asyncio.gather(*(c.close() for c in self.connections), return_exceptions=True)
+        for connection, result in zip(self.connections, results, strict=True):
+            if isinstance(result, Exception):
+                log.warning("MCP server %r did not close cleanly: %s", connection.name, result)
 
     def _rebuild(self) -> None:
         tools: list[Tool] = []

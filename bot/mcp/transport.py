@@ -50,7 +50,7 @@ class _WatchedRead:
     async def __anext__(self) -> Any:
         try:
             return await self._inner.__anext__()
-        except (StopAsyncIteration, Exception):
+        except Exception:  # StopAsyncIteration included: the end of the stream
             self._ended.set()
             raise
 
