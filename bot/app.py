@@ -11,6 +11,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import anthropic
 
@@ -25,13 +26,19 @@ from bot.calls.registry import CallRegistry
 from bot.calls.system_tools import system_tools
 from bot.config import Settings
 from bot.errors import ConfigError
+from bot.mcp.config import load_mcp_config
 from bot.model.anthropic import AnthropicProvider
 from bot.model.metering import MeteredProvider, UsageMeter
+from bot.operator_tools import SourcedTool, load_entry_point_tools, load_module_tools, unique_tools
 from bot.schedule import Scheduler, build_scheduler
 from bot.schedule.firing import Clock
 from bot.store import Store
 from bot.types import EngineOutput, Provider, SessionFilter, TimezoneLookup
 from tools import builtin_tools
+from tools.base import Tool
+
+if TYPE_CHECKING:
+    from bot.mcp.source import McpTools
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +60,8 @@ class Core:
     usage: UsageMeter
     orphans: list[ToolCall]
     """Calls a previous process left unfinished, marked orphaned at this start (edges may repaint them)."""
+    mcp: McpTools | None = None
+    """The MCP servers of BOT_MCP_CONFIG, when set."""
 
 
 def anthropic_provider(
@@ -83,6 +92,18 @@ def anthropic_provider(
     )
 
 
+def fixed_tools(settings: Settings, registry: CallRegistry, operator: list[SourcedTool]) -> list[Tool]:
+    """Built-in, system and operator tools; a name declared twice stops the start, naming both origins."""
+    builtin = [
+        SourcedTool(item, "the built-in tools") for item in builtin_tools(enable_shell=settings.bot_enable_shell)
+    ]
+    system = [
+        SourcedTool(item, "the system tools")
+        for item in system_tools(registry, wait_max_s=settings.bot_status_wait_max_s)
+    ]
+    return unique_tools([*builtin, *system, *operator])
+
+
 @contextlib.asynccontextmanager
 async def open_core(
     settings: Settings,
@@ -105,6 +126,9 @@ async def open_core(
     `owns` keeps the scheduler to this edge's sessions. `before_store_closes` lets an
     edge send what the shutdown itself produced while the store can still be written.
     """
+    # Loaded first: a broken operator module or MCP file stops the start before anything opens.
+    operator = [*load_module_tools(settings.bot_tool_modules), *load_entry_point_tools()]
+    mcp_servers = load_mcp_config(settings.bot_mcp_config) if settings.bot_mcp_config else []
     async with contextlib.AsyncExitStack() as stack:
         store = await Store.open(settings.db_path)
         stack.push_async_callback(store.close)
@@ -125,9 +149,15 @@ async def open_core(
         )
         orphans = await registry.recover()
         registry.subscribe(output.call_changed)
-        toolbox = Toolbox(builtin_tools(enable_shell=settings.bot_enable_shell))
-        for item in system_tools(registry, wait_max_s=settings.bot_status_wait_max_s):
-            toolbox.add(item)
+        toolbox = Toolbox(fixed_tools(settings, registry, operator))
+        mcp = None
+        if mcp_servers:
+            from bot.mcp.source import McpTools  # the SDK takes seconds to import; only load it when used
+
+            # Entered after the store, so it closes before it; its calls are cancelled by the registry's
+            # shutdown first, while the sessions can still tell the servers.
+            mcp = await stack.enter_async_context(McpTools(mcp_servers, reserved=toolbox.names))
+            toolbox.add_source(mcp)
         runner = TurnRunner(
             provider=provider,
             registry=registry,
@@ -165,7 +195,7 @@ async def open_core(
             owns=owns,
         )
         await scheduler.start()
-        core = Core(settings, store, registry, toolbox, engine, provider, scheduler, usage, orphans)
+        core = Core(settings, store, registry, toolbox, engine, provider, scheduler, usage, orphans, mcp)
         try:
             yield core
         finally:

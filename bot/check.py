@@ -21,6 +21,7 @@ import anthropic
 from bot.app import anthropic_provider
 from bot.config import Settings
 from bot.errors import ConfigError, ModelError, StoreError, ThreadbotError
+from bot.mcp.check import check_mcp
 from bot.slack import tokens
 from bot.slack.app import build_client, check_app_token, identify
 from bot.store import Store
@@ -118,7 +119,12 @@ async def check_model(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) ->
     return f"model {settings.bot_model} answers at {where}"
 
 
-CHECKS: dict[str, Check] = {"database": check_database, "slack": check_slack, "model": check_model}
+CHECKS: dict[str, Check] = {
+    "database": check_database,
+    "slack": check_slack,
+    "model": check_model,
+    "mcp": check_mcp,
+}
 
 
 async def run_checks(settings: Settings, *, timeout_s: float = PROBE_TIMEOUT_S) -> int:

@@ -141,9 +141,16 @@ class Settings(BaseSettings):
     bot_context_window: int = Field(200_000, ge=1_000)
     bot_compact_at: float = Field(0.75, gt=0, le=1)
     bot_max_input_chars: int = Field(100_000, gt=1_000)
+    bot_mcp_config: Path | None = None
+    bot_tool_modules: CommaList = ()
 
     @field_validator(
-        "bot_allowed_users", "bot_allowed_channels", "bot_cancel_reactions", "bot_mention_only_channels", mode="before"
+        "bot_allowed_users",
+        "bot_allowed_channels",
+        "bot_cancel_reactions",
+        "bot_mention_only_channels",
+        "bot_tool_modules",
+        mode="before",
     )
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
@@ -169,6 +176,7 @@ class Settings(BaseSettings):
         "anthropic_base_url",
         "bot_heartbeat_channel",
         "bot_metrics_port",
+        "bot_mcp_config",
         mode="before",
     )
     @classmethod

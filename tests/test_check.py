@@ -58,13 +58,14 @@ async def outcome_lines(settings: Settings, capsys: pytest.CaptureFixture[str], 
     return code, capsys.readouterr().out.splitlines()
 
 
-async def test_everything_fine_is_four_ticks_and_both_tokens_were_tried(
+async def test_everything_fine_is_all_ticks_and_both_tokens_were_tried(
     good: Callable[..., Settings], slack: FakeSlack, fake: FakeAnthropic, capsys: pytest.CaptureFixture[str]
 ) -> None:
     settings = good()
     code, lines = await outcome_lines(settings, capsys)
     assert code == 0, lines
-    assert [line[0] for line in lines] == ["✓"] * 4
+    assert [line[0] for line in lines] == ["✓"] * 5
+    assert lines[4] == "✓ no MCP servers configured (BOT_MCP_CONFIG is not set)"
     assert lines[2] == (
         f'✓ Slack at {slack.api_url}: bot @threadbot (UBOT) in team "Threadbot Test" (T1); '
         "Socket Mode (SLACK_APP_TOKEN opens a connection)"
@@ -254,7 +255,7 @@ async def test_check_needs_nothing_but_dotenv_and_leaves_no_database(fake: FakeA
         folder = dotenv_for(tmp_path / "fresh", fake, slack)
         code, out, err = await run_bot("check", env=bare_env(), cwd=folder)
     assert code == 0, out + err
-    assert out.count("✓ ") == 4 and "✗" not in out
+    assert out.count("✓ ") == 5 and "✗" not in out
     assert [h.get("authorization") for h in fake.request_headers] == ["Bearer sk-ant-from-dotenv"]
     assert {(call.method, call.token) for call in slack.calls} == {
         ("auth.test", "xoxb-from-dotenv"),

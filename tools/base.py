@@ -133,3 +133,23 @@ def tool(
         )
 
     return wrap
+
+
+BLOCKS_KEY = "tool_result_blocks"
+"""The one key of a result that reaches the model as content blocks rather than as one text."""
+
+
+def blocks_result(blocks: list[dict[str, JSON]]) -> dict[str, JSON]:
+    """A result made of Messages API content blocks (text, image), e.g. a screenshot with a caption.
+
+    It stays plain JSON, so it is stored and reloaded like any other result.
+    """
+    return {BLOCKS_KEY: blocks}
+
+
+def result_blocks(result: JSON) -> list[dict[str, JSON]] | None:
+    """The content blocks of a `blocks_result`, or None for an ordinary result."""
+    if isinstance(result, dict) and set(result) == {BLOCKS_KEY} and isinstance(result[BLOCKS_KEY], list):
+        blocks: list[dict[str, JSON]] = result[BLOCKS_KEY]
+        return blocks
+    return None

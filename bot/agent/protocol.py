@@ -12,6 +12,7 @@ import uuid
 
 from bot.calls.models import JSON, CallStatus, ToolCall
 from bot.types import Message
+from tools.base import result_blocks
 
 INJECTION_PREFIX = "[mid-turn user note]"
 RUNNING_MESSAGE = (
@@ -30,10 +31,36 @@ def render_result(value: JSON) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
+def truncate_blocks(blocks: list[dict[str, JSON]], max_chars: int) -> list[dict[str, JSON]]:
+    """Content blocks with their text cut to `max_chars` in all, as a text result would be; images kept."""
+    budget = max_chars
+    kept: list[dict[str, JSON]] = []
+    for block in blocks:
+        if block.get("type") == "text":
+            text = str(block.get("text", ""))
+            kept.append(text_block(truncate(text, max(budget, 0))))
+            budget -= len(text)
+        else:
+            kept.append(block)
+    return kept
+
+
+def blocks_as_text(blocks: list[dict[str, JSON]]) -> str:
+    """A block result where only text fits (a note, a status): its texts, and a mention of each image."""
+    parts = []
+    for block in blocks:
+        if block.get("type") == "text":
+            parts.append(str(block.get("text", "")))
+        else:
+            parts.append(f"[{block.get('type', 'content')} block]")
+    return "\n".join(parts)
+
+
 def call_outcome_text(call: ToolCall) -> str:
     """What the model reads for a final call."""
     if call.status is CallStatus.COMPLETED:
-        return render_result(call.result)
+        blocks = result_blocks(call.result)
+        return blocks_as_text(blocks) if blocks is not None else render_result(call.result)
     if call.status is CallStatus.CANCELLED:
         return f"cancelled by {call.cancelled_by}" if call.cancelled_by else "cancelled"
     if call.status is CallStatus.ORPHANED:
@@ -45,10 +72,11 @@ def tool_result_block(call: ToolCall, max_chars: int) -> dict[str, JSON]:
     if not call.is_final:
         placeholder = {"status": call.status.value, "tool_call_id": call.id, "message": RUNNING_MESSAGE}
         return {"type": "tool_result", "tool_use_id": call.id, "content": json.dumps(placeholder)}
+    blocks = result_blocks(call.result) if call.status is CallStatus.COMPLETED else None
     block: dict[str, JSON] = {
         "type": "tool_result",
         "tool_use_id": call.id,
-        "content": truncate(call_outcome_text(call), max_chars),
+        "content": truncate_blocks(blocks, max_chars) if blocks else truncate(call_outcome_text(call), max_chars),
     }
     if call.status is not CallStatus.COMPLETED:
         block["is_error"] = True
@@ -59,6 +87,12 @@ def late_result_note(call: ToolCall, max_chars: int) -> str:
     """The labelled note that delivers a background call's result once, after a yield."""
     header = f"[background tool result] {call.tool_name} (tool_call_id {call.id}) finished: {call.status.value}"
     return f"{header}\n{truncate(call_outcome_text(call), max_chars)}"
+
+
+def late_result_blocks(call: ToolCall, max_chars: int) -> list[dict[str, JSON]]:
+    """The late note as blocks: the note's text, then any image the result holds, so the model still sees it."""
+    images = [b for b in result_blocks(call.result) or [] if b.get("type") != "text"]
+    return [text_block(late_result_note(call, max_chars)), *(images if call.status is CallStatus.COMPLETED else [])]
 
 
 def text_block(text: str) -> dict[str, JSON]:

@@ -297,7 +297,7 @@ class TurnRunner:
             return []
         await self._registry.mark_delivered(late)
         limit = self._settings.tool_result_max_chars
-        return [protocol.text_block(protocol.late_result_note(call, limit)) for call in late]
+        return [block for call in late for block in protocol.late_result_blocks(call, limit)]
 
     async def _repair_blocks(self, messages: list[Message]) -> list[dict[str, JSON]]:
         """Results for tool_use blocks a crashed process never answered."""

@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable
 from datetime import datetime
 
-from bot.calls.models import CallStatus, ProgressKind, ToolCall, utcnow
+from bot.calls.models import JSON, CallStatus, ProgressKind, ToolCall, utcnow
 
 ARG_PREVIEW_CHARS = 40
 """One argument's value, shortened: the label names the call, it does not reproduce its input."""
@@ -62,7 +62,10 @@ def latest_progress(call: ToolCall) -> str | None:
         if entry.kind is ProgressKind.STARTED:
             continue
         payload = entry.payload
-        if isinstance(payload, dict) and isinstance(payload.get("message"), str):
+        if isinstance(payload, dict) and (fraction := _fraction(payload)) is not None:
+            message = payload.get("message")
+            text = f"{fraction} · {message}" if isinstance(message, str) and message else fraction
+        elif isinstance(payload, dict) and isinstance(payload.get("message"), str):
             text = payload["message"]
         elif isinstance(payload, str):
             text = payload
@@ -70,6 +73,20 @@ def latest_progress(call: ToolCall) -> str | None:
             text = json.dumps(payload, ensure_ascii=False)
         return one_line(text, DETAIL_MAX_CHARS) or None
     return None
+
+
+def _number(value: float) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _fraction(payload: dict[str, JSON]) -> str | None:
+    """`3/10` from structured progress `{progress: 3, total: 10}` (`3` without a total); None without one."""
+    done, total = payload.get("progress"), payload.get("total")
+    if isinstance(done, bool) or not isinstance(done, int | float):
+        return None
+    if isinstance(total, int | float) and not isinstance(total, bool):
+        return f"{_number(done)}/{_number(total)}"
+    return _number(done)
 
 
 def _took(word: str, seconds: float | None) -> str:
