@@ -113,7 +113,11 @@ async def open_core(
             system_prompt=lambda session_key: system_prompt(settings.zone, prompt_extra),
         )
         engine = Engine(
-            runner=runner, registry=registry, store=store, max_injections_per_turn=settings.bot_max_injections_per_turn
+            runner=runner,
+            registry=registry,
+            store=store,
+            output=output,
+            max_injections_per_turn=settings.bot_max_injections_per_turn,
         )
         scheduler = build_scheduler(
             settings,

@@ -4,6 +4,10 @@ This is the engine's front door for every edge and for the scheduler: a message
 starts a turn or joins the running one, a cancel stops it, a wake-up comes back
 as a new turn or a note, and a background call that finishes while the session
 is idle starts a turn of its own so the agent can react.
+
+What an edge acknowledged comes with the id of its inbox row, and travels with
+the text (into the turn's content or the injection queue) until a save stores
+it. At start, `resume` picks up every session a dead process left owing an answer.
 """
 
 from __future__ import annotations
@@ -16,15 +20,16 @@ from enum import StrEnum
 from bot.agent import protocol
 from bot.agent.injections import Injections
 from bot.agent.toolbox import Toolbox
-from bot.agent.turn import TurnRequest, TurnRunner
+from bot.agent.turn import SHUTDOWN, TurnRequest, TurnRunner
 from bot.calls.models import JSON, ToolCall
 from bot.calls.registry import CallRegistry, CancelResult
 from bot.store import Store
-from bot.types import TurnOutcome
+from bot.types import EngineOutput, SessionFilter, TurnOutcome
 
 log = logging.getLogger(__name__)
 
 CANCEL_WAIT_S = 5.0
+RESTART_NOTICE = "↻ I was restarted in the middle of this; picking up where I left off."
 
 
 class Delivery(StrEnum):
@@ -42,9 +47,16 @@ class _Session:
 
 class Engine:
     def __init__(
-        self, *, runner: TurnRunner, registry: CallRegistry, store: Store, max_injections_per_turn: int
+        self,
+        *,
+        runner: TurnRunner,
+        registry: CallRegistry,
+        store: Store,
+        output: EngineOutput,
+        max_injections_per_turn: int,
     ) -> None:
         self._runner = runner
+        self._output = output
         self._registry = registry
         self._store = store
         self._max_injections = max_injections_per_turn
@@ -66,16 +78,46 @@ class Engine:
         *,
         stop_at_first_wait: bool = False,
         toolbox: Toolbox | None = None,
+        inbox_id: int | None = None,
     ) -> Delivery:
-        """Start a turn with `content`, or inject it into the turn already running."""
+        """Start a turn with `content`, or inject it into the turn already running.
+
+        `inbox_id` names the inbox row that holds `content` (what an edge acknowledged); a refused
+        one stays owed there, and the next start resumes it.
+        """
         if not self._accepting:
             return Delivery.REFUSED
         if self.is_busy(session_key):
-            self._session(session_key).injections.put(_plain_text(content))
+            self._session(session_key).injections.put(_plain_text(content), inbox_id)
             return Delivery.INJECTED
         blocks = [protocol.text_block(content)] if isinstance(content, str) else content
-        self._start(session_key, blocks, stop_at_first_wait=stop_at_first_wait, toolbox=toolbox)
+        inbox_ids = [inbox_id] if inbox_id is not None else []
+        self._start(session_key, blocks, stop_at_first_wait=stop_at_first_wait, toolbox=toolbox, inbox_ids=inbox_ids)
         return Delivery.STARTED
+
+    async def resume(self, owns: SessionFilter | None = None) -> list[str]:
+        """At start: every session a stopped process left owing an answer gets its turn again; their keys.
+
+        The turn goes on from the stored history: tool calls it had started are answered from the
+        registry (orphaned, or their result if they finished), and what was never stored is handed to
+        the model again. A session whose answer was stored, and only its bookkeeping was cut off, is
+        just marked answered. `owns` keeps an edge to its own sessions.
+        """
+        resumed: list[str] = []
+        for key, items in (await self._store.open_inbox()).items():
+            if (owns is not None and not owns(key)) or self.is_busy(key):
+                continue
+            pending = [item for item in items if item.pending]
+            if not pending and not protocol.unanswered_tool_uses(await self._store.load_messages(key)):
+                await self._store.answer_inbox(key)
+                continue
+            self._output.notice(key, RESTART_NOTICE)
+            blocks = [protocol.text_block(item.text) for item in pending]
+            self._start(key, blocks, inbox_ids=[item.id for item in pending])
+            resumed.append(key)
+        if resumed:
+            log.info("resumed %d sessions a previous process left unanswered", len(resumed))
+        return resumed
 
     async def run_turn(
         self, session_key: str, content: str | list[dict[str, JSON]], *, stop_at_first_wait: bool = False
@@ -141,7 +183,7 @@ class Engine:
         _, still_running = await asyncio.wait(tasks, timeout=grace_s)
         for key, session in list(self._sessions.items()):
             if session.task in still_running:
-                await self.cancel_turn(key, by="shutdown")
+                await self.cancel_turn(key, by=SHUTDOWN)
         _, stuck = await asyncio.wait(tasks, timeout=grace_s)
         for task in stuck:
             task.cancel()
@@ -164,10 +206,16 @@ class Engine:
         *,
         stop_at_first_wait: bool = False,
         toolbox: Toolbox | None = None,
+        inbox_ids: list[int] | None = None,
     ) -> None:
         session = self._session(session_key)
         request = TurnRequest(
-            session_key, blocks, session.injections, stop_at_first_wait=stop_at_first_wait, toolbox=toolbox
+            session_key,
+            blocks,
+            session.injections,
+            inbox_ids=inbox_ids or [],
+            stop_at_first_wait=stop_at_first_wait,
+            toolbox=toolbox,
         )
         session.request = request
         session.task = asyncio.create_task(self._runner.run(request), name=f"turn:{session_key}")

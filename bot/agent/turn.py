@@ -4,6 +4,13 @@ The turn persists the conversation in (user, assistant) pairs, so the stored
 history always ends with an assistant message and stays valid for the API even
 if the process dies mid-turn. A turn cut short (cancel, error, iteration cap)
 closes with a short assistant note saying so.
+
+What a person said is not lost while it waits for its pair: it is in the inbox
+(bot/store/inbox.py) from the moment it was acknowledged. The save that stores it
+in the history marks its row stored, and the turn's last save marks the session's
+rows answered. A turn stopped by a shutdown is not an answer: it leaves its
+unanswered user message out of the history and its rows owed, so the next start
+resumes it (`Engine.resume`).
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ STOP_NOTICES = {
     "model_context_window_exceeded": "This conversation no longer fits the model's context; please start a new thread.",
 }
 CONTINUE_NOTE = "[your reply was cut off by the output limit; continue exactly where you stopped]"
+SHUTDOWN = "shutdown"
+"""Who cancels the turns a stopping process did not let finish (`Engine.shutdown`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +60,8 @@ class TurnRequest:
     session_key: str
     content: list[dict[str, JSON]]
     injections: Injections
+    inbox_ids: list[int] = field(default_factory=list)
+    """The inbox rows whose text `content` carries."""
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     cancelled_by: str | None = None
     stop_at_first_wait: bool = False
@@ -87,9 +98,10 @@ class TurnRunner:
             await self._store.ensure_session(key)
             turn_id = f"{key}#{await self._store.next_turn(key)}"
             messages = await self._store.load_messages(key)
-            conversation = _Conversation(key, messages, persisted=len(messages))
+            conversation = _Conversation(key, turn_id, messages, persisted=len(messages))
             opening = await self._repair_blocks(messages) + await self._late_result_blocks(key, exclude=set())
             protocol.append_user(messages, opening + request.content)
+            conversation.inbox_ids += request.inbox_ids
             await self._loop(request, turn_id, conversation, outcome)
         except ModelError as exc:
             outcome.error = str(exc)
@@ -115,8 +127,9 @@ class TurnRunner:
         continuations = 0
         cut_off = False  # the previous reply hit the output limit and this one continues it
         for outcome.iterations in range(1, self._settings.max_iterations + 1):
-            if lines := request.injections.drain():
-                protocol.append_user(messages, protocol.injection_blocks(lines))
+            if notes := request.injections.drain():
+                protocol.append_user(messages, protocol.injection_blocks([note.text for note in notes]))
+                conversation.inbox_ids += [note.inbox_id for note in notes if note.inbox_id is not None]
             if messages[-1]["role"] == "user" and not messages[-1]["content"]:
                 messages.pop()  # a wake-up whose news was already taken: nothing to say
                 return
@@ -262,9 +275,17 @@ class TurnRunner:
         return blocks
 
     async def _close(self, conversation: _Conversation, outcome: TurnOutcome) -> None:
-        """Persist what is left, ending with an assistant message so the history stays valid."""
+        """Persist what is left, ending with an assistant message so the history stays valid.
+
+        After a shutdown the trailing user message is dropped instead: its text stays owed in the inbox,
+        and its tool results are rebuilt from the registry when the next start resumes the turn.
+        """
         messages = conversation.messages
-        if messages and messages[-1]["role"] == "user":
+        answered = outcome.cancelled_by != SHUTDOWN
+        if not answered and messages and messages[-1]["role"] == "user" and len(messages) > conversation.persisted:
+            messages.pop()
+            conversation.inbox_ids.clear()
+        elif messages and messages[-1]["role"] == "user":
             if outcome.cancelled_by:
                 note = f"(turn cancelled by {outcome.cancelled_by})"
             elif outcome.pending_call_ids:
@@ -273,20 +294,30 @@ class TurnRunner:
                 note = f"(turn ended early: {outcome.error or 'interrupted'})"
             messages.append({"role": "assistant", "content": [protocol.text_block(note)]})
         try:
-            await conversation.save(self._store)
+            await conversation.save(self._store, answered=answered)
         except Exception:
             log.exception("could not persist the end of a turn in %s", conversation.key)
 
 
 @dataclass(slots=True)
 class _Conversation:
-    """The session's messages during a turn, and how many of them the store already has."""
+    """The session's messages during a turn, how many of them the store already has, and the inbox
+    rows whose text is in the messages not stored yet."""
 
     key: str
+    turn_id: str
     messages: list[Message]
     persisted: int
+    inbox_ids: list[int] = field(default_factory=list)
 
-    async def save(self, store: Store) -> None:
-        if len(self.messages) > self.persisted:
-            await store.append_messages(self.key, self.messages[self.persisted :])
+    async def save(self, store: Store, *, answered: bool = False) -> None:
+        if len(self.messages) > self.persisted or answered:
+            await store.append_messages(
+                self.key,
+                self.messages[self.persisted :],
+                inbox_ids=self.inbox_ids,
+                turn_id=self.turn_id,
+                answered=answered,
+            )
             self.persisted = len(self.messages)
+            self.inbox_ids = []

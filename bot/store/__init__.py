@@ -1,6 +1,7 @@
 """Persistence: the SQLite store behind an intent-level interface (no SQL outside this package)."""
 
+from bot.store.inbox import InboxItem
 from bot.store.reminders import NewReminder, Reminder, ReminderKind, ReminderStatus
 from bot.store.store import SessionRecord, Store
 
-__all__ = ["NewReminder", "Reminder", "ReminderKind", "ReminderStatus", "SessionRecord", "Store"]
+__all__ = ["InboxItem", "NewReminder", "Reminder", "ReminderKind", "ReminderStatus", "SessionRecord", "Store"]

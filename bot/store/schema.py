@@ -105,7 +105,20 @@ CREATE TABLE call_displays (
 CREATE INDEX call_displays_by_place ON call_displays(place);
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3]
+# The inbox (bot/store/inbox.py): each acknowledged message until a turn has answered it.
+_V4 = """
+CREATE TABLE inbox (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_key  TEXT NOT NULL REFERENCES sessions(key) ON DELETE CASCADE,
+    text         TEXT NOT NULL,
+    claimed_at   TEXT NOT NULL,
+    turn_id      TEXT,
+    answered_at  TEXT
+);
+CREATE INDEX inbox_open ON inbox(answered_at, session_key);
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4]
 
 # The tool_calls columns, named as `ToolCall.to_record()` names its keys.
 CALL_COLUMNS = (

@@ -28,6 +28,7 @@ import aiosqlite
 from bot.calls.models import utcnow
 from bot.errors import StoreError
 from bot.store.calls import CallQueries
+from bot.store.inbox import InboxQueries, mark_answered, mark_stored
 from bot.store.reminders import ReminderQueries
 from bot.store.schema import dumps, fetch, migrate, ts
 
@@ -53,8 +54,8 @@ def _session(row: sqlite3.Row) -> SessionRecord:
     )
 
 
-class Store(CallQueries, ReminderQueries):
-    """Sessions, their messages and seen events; tool calls and reminders come from the two mixins."""
+class Store(CallQueries, ReminderQueries, InboxQueries):
+    """Sessions, their messages and seen events; tool calls, reminders and the inbox come from the mixins."""
 
     def __init__(self, db: aiosqlite.Connection, path: Path) -> None:
         self._db = db
@@ -201,9 +202,21 @@ class Store(CallQueries, ReminderQueries):
             rows = await fetch(db, "SELECT body FROM messages WHERE session_key = ? ORDER BY seq", key)
         return [json.loads(row[0]) for row in rows]
 
-    async def append_messages(self, key: str, messages: Sequence[dict[str, Any]]) -> None:
-        """Append in order, all or nothing; KeyError if the session is unknown."""
-        if not messages:
+    async def append_messages(
+        self,
+        key: str,
+        messages: Sequence[dict[str, Any]],
+        *,
+        inbox_ids: Sequence[int] = (),
+        turn_id: str | None = None,
+        answered: bool = False,
+    ) -> None:
+        """Append in order, all or nothing; KeyError if the session is unknown.
+
+        `inbox_ids` name the inbox rows whose text these messages carry: they are marked stored by
+        `turn_id` in the same transaction. `answered` closes the turn: the session's stored rows are answered.
+        """
+        if not messages and not inbox_ids and not answered:
             return
         now = ts(utcnow())
         bodies = [(str(message["role"]), dumps(message)) for message in messages]
@@ -215,3 +228,9 @@ class Store(CallQueries, ReminderQueries):
                 "INSERT INTO messages (session_key, seq, role, body, created_at) VALUES (?, ?, ?, ?, ?)",
                 [(key, first + i, role, body, now) for i, (role, body) in enumerate(bodies)],
             )
+            if inbox_ids:
+                if turn_id is None:
+                    raise ValueError("inbox rows are stored by a turn: pass its turn_id")
+                await mark_stored(db, inbox_ids, turn_id)
+            if answered:
+                await mark_answered(db, key)
