@@ -20,7 +20,7 @@ from bot.app import open_core
 from bot.calls.models import ToolCall
 from bot.config import Settings
 from bot.errors import ThreadbotError
-from bot.types import TurnOutcome
+from bot.types import ReminderOutcome, ReminderPost, TurnOutcome
 
 
 @dataclass
@@ -51,8 +51,9 @@ class CollectingOutput:
     def notice(self, session_key: str, text: str) -> None:
         self.notices.append(text)
 
-    def reminder(self, session_key: str, text: str, requester: str | None = None) -> None:
-        self.notices.append(f"reminder: {text}")
+    async def reminder(self, post: ReminderPost) -> ReminderOutcome:
+        self.notices.append(f"reminder: {post.text}")
+        return ReminderOutcome.POSTED
 
     def turn_finished(self, outcome: TurnOutcome) -> None:
         pass

@@ -46,6 +46,7 @@ def build_scheduler(
         max_lateness_s=settings.bot_max_lateness_s,
         clock=clock or utcnow,
         owns=owns,
+        reminder_retry_s=settings.bot_reminder_retry_s,
     )
     now = clock or utcnow
 

@@ -118,7 +118,22 @@ CREATE TABLE inbox (
 CREATE INDEX inbox_open ON inbox(answered_at, session_key);
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4]
+# Reminder posts owed to threads (bot/store/reminder_posts.py): claimed runs until Slack confirms them.
+_V5 = """
+CREATE TABLE reminder_posts (
+    reminder_id  INTEGER NOT NULL REFERENCES reminders(id) ON DELETE CASCADE,
+    due_at       TEXT NOT NULL,
+    text         TEXT NOT NULL,
+    claimed_at   TEXT NOT NULL,
+    attempts     INTEGER NOT NULL DEFAULT 0,
+    state        TEXT NOT NULL DEFAULT 'owed' CHECK (state IN ('owed', 'posted', 'abandoned')),
+    settled_at   TEXT,
+    PRIMARY KEY (reminder_id, due_at)
+);
+CREATE INDEX reminder_posts_by_state ON reminder_posts(state, claimed_at);
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5]
 
 # The tool_calls columns, named as `ToolCall.to_record()` names its keys.
 CALL_COLUMNS = (

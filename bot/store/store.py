@@ -29,6 +29,7 @@ from bot.calls.models import utcnow
 from bot.errors import StoreError
 from bot.store.calls import CallQueries
 from bot.store.inbox import InboxQueries, mark_answered, mark_stored
+from bot.store.reminder_posts import ReminderPostQueries
 from bot.store.reminders import ReminderQueries
 from bot.store.schema import dumps, fetch, migrate, ts
 
@@ -54,8 +55,8 @@ def _session(row: sqlite3.Row) -> SessionRecord:
     )
 
 
-class Store(CallQueries, ReminderQueries, InboxQueries):
-    """Sessions, their messages and seen events; tool calls, reminders and the inbox come from the mixins."""
+class Store(CallQueries, ReminderQueries, ReminderPostQueries, InboxQueries):
+    """Sessions, their messages and seen events; calls, reminders, their posts and the inbox come from mixins."""
 
     def __init__(self, db: aiosqlite.Connection, path: Path) -> None:
         self._db = db
