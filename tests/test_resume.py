@@ -7,13 +7,14 @@ the crash suite (tests/test_crash.py) kills real daemons. A graceful shutdown is
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from pathlib import Path
 
 from conftest import CoreFactory, RecordingOutput
 from fakes.anthropic_api import FakeAnthropic, Reply, text, tool_results, tool_use, user_texts
 
-from bot.agent.engine import RESTART_NOTICE
-from bot.calls.models import CallStatus, ToolCall
+from bot.agent.engine import GIVE_UP_NOTICE, MAX_RESUMES, RESTART_NOTICE
+from bot.calls.models import CallStatus, ToolCall, utcnow
 from bot.store import Store
 
 KEY = "slack:T1:C1:1.0"
@@ -154,3 +155,30 @@ async def first_history(path: Path) -> list[dict[str, object]]:
         return await store.load_messages(KEY)
     finally:
         await store.close()
+
+
+async def test_a_message_that_keeps_killing_the_process_is_given_up(
+    core_factory: CoreFactory, fake: FakeAnthropic, output: RecordingOutput
+) -> None:
+    first = await core_factory()
+    settings = first.settings
+    await claim(first.store, "the question that crashes us")
+    for _ in range(MAX_RESUMES):
+        await first.store.count_resume(KEY)  # three starts resumed it, and each died in its turn
+    await core_factory.close(first)
+
+    second = await core_factory(settings=settings)
+    assert await second.engine.resume(owned) == []
+    assert output.notices == [(KEY, GIVE_UP_NOTICE)] and fake.requests == []
+    assert await second.store.open_inbox() == {}
+
+
+async def test_answered_rows_are_pruned_and_owed_ones_kept(core_factory: CoreFactory) -> None:
+    core = await core_factory()
+    store = core.store
+    answered = await claim(store, "answered", ts="1.0")
+    pair = [{"role": "user", "content": [text("answered")]}, {"role": "assistant", "content": [text("yes")]}]
+    await store.append_messages(KEY, pair, inbox_ids=[answered], turn_id=f"{KEY}#1", answered=True)
+    await claim(store, "still owed", ts="2.0")
+    assert await store.prune_inbox(utcnow() + timedelta(seconds=1)) == 1
+    assert [item.text for item in (await store.open_inbox())[KEY]] == ["still owed"]

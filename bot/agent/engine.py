@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 
 CANCEL_WAIT_S = 5.0
 RESTART_NOTICE = "↻ I was restarted in the middle of this; picking up where I left off."
+MAX_RESUMES = 3
+GIVE_UP_NOTICE = (
+    f"⚠️ I was restarted {MAX_RESUMES} times while working on this and could not finish it. Please ask again."
+)
 
 
 class Delivery(StrEnum):
@@ -111,6 +115,13 @@ class Engine:
             if not pending and not protocol.unanswered_tool_uses(await self._store.load_messages(key)):
                 await self._store.answer_inbox(key)
                 continue
+            if max(item.resumes for item in items) >= MAX_RESUMES:
+                # Perhaps this very turn is what kills the process: a crash loop must end somewhere.
+                log.error("session %s was resumed %d times without an answer; giving up", key, MAX_RESUMES)
+                await self._store.give_up_inbox(key)
+                self._output.notice(key, GIVE_UP_NOTICE)
+                continue
+            await self._store.count_resume(key)
             self._output.notice(key, RESTART_NOTICE)
             blocks = [protocol.text_block(item.text) for item in pending]
             self._start(key, blocks, inbox_ids=[item.id for item in pending])

@@ -51,8 +51,9 @@ def build_scheduler(
     now = clock or utcnow
 
     async def prune_seen_events() -> int:
-        """Slack redelivers an event for minutes at most; a week of dedup keys is plenty."""
-        return await store.prune_events(now() - SEEN_EVENTS_KEEP)
+        """Slack redelivers an event for minutes at most; a week of dedup keys is plenty.
+        Answered inbox rows go too: their text is in the conversation, nothing is owed."""
+        return await store.prune_events(now() - SEEN_EVENTS_KEEP) + await store.prune_inbox(now() - SEEN_EVENTS_KEEP)
 
     scheduler.every(PRUNE_JOB_ID, PRUNE_INTERVAL_S, prune_seen_events)
     zones = Zones(settings.zone, user_timezone)

@@ -30,7 +30,7 @@ import aiosqlite
 from bot.calls.models import utcnow
 from bot.store.schema import dumps, fetch, ts
 
-_COLUMNS = "id, session_key, text, claimed_at, turn_id"
+_COLUMNS = "id, session_key, text, claimed_at, turn_id, resumes"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +42,8 @@ class InboxItem:
     text: str
     claimed_at: datetime
     turn_id: str | None
+    resumes: int = 0
+    """How many starts have resumed it already (a message that kills the process must not do so forever)."""
 
     @property
     def pending(self) -> bool:
@@ -56,6 +58,7 @@ def _item(row: sqlite3.Row) -> InboxItem:
         text=row["text"],
         claimed_at=datetime.fromisoformat(row["claimed_at"]),
         turn_id=row["turn_id"],
+        resumes=int(row["resumes"]),
     )
 
 
@@ -138,6 +141,28 @@ class InboxQueries:
             item = _item(row)
             found.setdefault(item.session_key, []).append(item)
         return found
+
+    async def count_resume(self, session_key: str) -> None:
+        """A start is resuming the session's open rows: count it before the turn runs."""
+        async with self._write() as db:
+            await db.execute(
+                "UPDATE inbox SET resumes = resumes + 1 WHERE session_key = ? AND answered_at IS NULL", (session_key,)
+            )
+
+    async def give_up_inbox(self, session_key: str) -> int:
+        """Settle every open row of the session, pending ones too (the thread was told); returns how many."""
+        async with self._write() as db:
+            cursor = await db.execute(
+                "UPDATE inbox SET answered_at = ? WHERE session_key = ? AND answered_at IS NULL",
+                (ts(utcnow()), session_key),
+            )
+            return cursor.rowcount
+
+    async def prune_inbox(self, older_than: datetime) -> int:
+        """Forget rows answered before `older_than` (the conversation keeps their text); returns how many."""
+        async with self._write() as db:
+            cursor = await db.execute("DELETE FROM inbox WHERE answered_at < ?", (ts(older_than),))
+            return cursor.rowcount
 
     async def answer_inbox(self, session_key: str) -> int:
         """The session's stored rows are answered (their answer is in the history already); returns how many."""

@@ -113,6 +113,7 @@ CREATE TABLE inbox (
     text         TEXT NOT NULL,
     claimed_at   TEXT NOT NULL,
     turn_id      TEXT,
+    resumes      INTEGER NOT NULL DEFAULT 0,
     answered_at  TEXT
 );
 CREATE INDEX inbox_open ON inbox(answered_at, session_key);
