@@ -182,3 +182,27 @@ async def test_answered_rows_are_pruned_and_owed_ones_kept(core_factory: CoreFac
     await claim(store, "still owed", ts="2.0")
     assert await store.prune_inbox(utcnow() + timedelta(seconds=1)) == 1
     assert [item.text for item in (await store.open_inbox())[KEY]] == ["still owed"]
+
+
+async def test_a_background_result_counts_as_delivered_only_once_it_is_stored(
+    core_factory: CoreFactory, fake: FakeAnthropic, output: RecordingOutput
+) -> None:
+    first = await core_factory()
+    settings = first.settings
+    inbox_id = await claim(first.store, "anything new?")
+    done = ToolCall("toolu_bg1", KEY, f"{KEY}#1", "wordcount", {"text": "a b"}, status=CallStatus.COMPLETED)
+    done.result = {"words": 2}
+    await first.store.save_call(done)
+    fake.script(Reply.text_only("Looking", hold=asyncio.Event()))
+    first.engine.submit(KEY, "anything new?", inbox_id=inbox_id)
+    await fake.wait_for_requests(1)
+    assert any("[background tool result]" in t for t in user_texts(fake.requests[0]))
+    await core_factory.close(first)  # stopped before the note was stored: it is still owed
+
+    second = await core_factory(settings=settings)
+    assert [call.id for call in await second.store.undelivered_calls(KEY)] == ["toolu_bg1"]
+    fake.script(Reply.text_only("Two words."))
+    await second.engine.resume(owned)
+    await output.wait_for(lambda: len(output.finished(KEY)) == 2)
+    notes = [t for t in user_texts(fake.requests[-1]) if "[background tool result]" in t]
+    assert len(notes) == 1 and await second.store.undelivered_calls(KEY) == []

@@ -99,7 +99,7 @@ class TurnRunner:
             turn_id = f"{key}#{await self._store.next_turn(key)}"
             messages = await self._store.load_messages(key)
             conversation = _Conversation(key, turn_id, messages, persisted=len(messages))
-            opening = await self._repair_blocks(messages) + await self._late_result_blocks(key, exclude=set())
+            opening = await self._repair_blocks(messages) + await self._late_result_blocks(conversation, exclude=set())
             protocol.append_user(messages, opening + request.content)
             conversation.inbox_ids += request.inbox_ids
             await self._loop(request, turn_id, conversation, outcome)
@@ -143,7 +143,7 @@ class TurnRunner:
             else:
                 messages.append({"role": "assistant", "content": reply.content})
             if reply.stop_reason != "pause_turn":  # a paused reply is stored once it is whole
-                await conversation.save(self._store)
+                await self._save(conversation)
             outcome.text = outcome.text + reply.text if cut_off else reply.text or outcome.text
             outcome.stop_reason = reply.stop_reason
             cut_off = reply.stop_reason == "pause_turn"  # the next reply goes on from this one
@@ -152,7 +152,7 @@ class TurnRunner:
                 cut_off = True
                 protocol.append_user(messages, [protocol.text_block(CONTINUE_NOTE)])
             elif reply.tool_uses:
-                if not await self._run_batch(request, turn_id, reply, malformed, messages, outcome):
+                if not await self._run_batch(request, turn_id, reply, malformed, conversation, outcome):
                     return
             elif reply.stop_reason == "pause_turn":
                 continue  # the API continues a paused reply when it is sent back as it is
@@ -197,7 +197,7 @@ class TurnRunner:
         turn_id: str,
         reply: ModelReply,
         malformed: set[str],
-        messages: list[Message],
+        conversation: _Conversation,
         outcome: TurnOutcome,
     ) -> bool:
         """Start the batch, wait under the yield strategy, add results; False when the turn must end."""
@@ -228,8 +228,8 @@ class TurnRunner:
             await self._registry.cancel_many([c.id for c in calls], by=request.cancelled_by)
         results = [protocol.tool_result_block(call, self._settings.tool_result_max_chars) for call in calls]
         await self._registry.mark_delivered(call for call in calls if call.is_final)
-        late = await self._late_result_blocks(key, exclude={call.id for call in calls})
-        protocol.append_user(messages, results + late)
+        late = await self._late_result_blocks(conversation, exclude={call.id for call in calls})
+        protocol.append_user(conversation.messages, results + late)
         if request.stop_at_first_wait and any(not call.is_final for call in calls):
             outcome.pending_call_ids = [call.id for call in calls if not call.is_final]
             return False
@@ -253,12 +253,17 @@ class TurnRunner:
             await asyncio.gather(*(self._registry.wait_final(call.id) for call in quick))
         return end
 
-    async def _late_result_blocks(self, key: str, *, exclude: set[str]) -> list[dict[str, JSON]]:
-        """Notes for background calls that finished after their turn yielded; each is delivered once."""
-        late = [call for call in await self._store.undelivered_calls(key) if call.id not in exclude]
+    async def _late_result_blocks(self, conversation: _Conversation, *, exclude: set[str]) -> list[dict[str, JSON]]:
+        """Notes for background calls that finished after their turn yielded; each is delivered once.
+
+        A call counts as delivered once the note is stored (`_save`): a process that dies first hands it
+        to the model again after the restart, rather than never.
+        """
+        taken = exclude | set(conversation.late)
+        late = [call for call in await self._store.undelivered_calls(conversation.key) if call.id not in taken]
         if not late:
             return []
-        await self._registry.mark_delivered(late)
+        conversation.late.update((call.id, call) for call in late)
         limit = self._settings.tool_result_max_chars
         return [protocol.text_block(protocol.late_result_note(call, limit)) for call in late]
 
@@ -285,6 +290,7 @@ class TurnRunner:
         if not answered and messages and messages[-1]["role"] == "user" and len(messages) > conversation.persisted:
             messages.pop()
             conversation.inbox_ids.clear()
+            conversation.late.clear()
         elif messages and messages[-1]["role"] == "user":
             if outcome.cancelled_by:
                 note = f"(turn cancelled by {outcome.cancelled_by})"
@@ -294,9 +300,15 @@ class TurnRunner:
                 note = f"(turn ended early: {outcome.error or 'interrupted'})"
             messages.append({"role": "assistant", "content": [protocol.text_block(note)]})
         try:
-            await conversation.save(self._store, answered=answered)
+            await self._save(conversation, answered=answered)
         except Exception:
             log.exception("could not persist the end of a turn in %s", conversation.key)
+
+    async def _save(self, conversation: _Conversation, *, answered: bool = False) -> None:
+        await conversation.save(self._store, answered=answered)
+        if conversation.late:
+            await self._registry.mark_delivered(list(conversation.late.values()))
+            conversation.late.clear()
 
 
 @dataclass(slots=True)
@@ -309,6 +321,8 @@ class _Conversation:
     messages: list[Message]
     persisted: int
     inbox_ids: list[int] = field(default_factory=list)
+    late: dict[str, ToolCall] = field(default_factory=dict)
+    """Background results whose notes are in the messages not stored yet (delivered once they are)."""
 
     async def save(self, store: Store, *, answered: bool = False) -> None:
         if len(self.messages) > self.persisted or answered:
