@@ -149,10 +149,11 @@ async def test_a_shutdown_mid_answer_leaves_the_question_owed(
     assert not fake.rejections
 
 
-async def first_history(path: Path) -> list[dict[str, object]]:
+async def first_history(path: Path, key: str = KEY) -> list[dict[str, object]]:
+    """The stored conversation, read after the core that wrote it closed."""
     store = await Store.open(path)
     try:
-        return await store.load_messages(KEY)
+        return await store.load_messages(key)
     finally:
         await store.close()
 
@@ -206,3 +207,19 @@ async def test_a_background_result_counts_as_delivered_only_once_it_is_stored(
     await output.wait_for(lambda: len(output.finished(KEY)) == 2)
     notes = [t for t in user_texts(fake.requests[-1]) if "[background tool result]" in t]
     assert len(notes) == 1 and await second.store.undelivered_calls(KEY) == []
+
+
+async def test_without_an_inbox_a_shutdown_still_keeps_the_question_in_the_history(
+    core_factory: CoreFactory, fake: FakeAnthropic
+) -> None:
+    """The console hands over no inbox rows: nothing would resume it, so the question must not be dropped."""
+    first = await core_factory()
+    settings = first.settings
+    fake.script(Reply.text_only("Thinking", hold=asyncio.Event()))
+    first.engine.submit("console:default", "a console question")
+    await fake.wait_for_requests(1)
+    await core_factory.close(first)
+    assert await first_history(settings.db_path, "console:default") == [
+        {"role": "user", "content": [text("a console question")]},
+        {"role": "assistant", "content": [text("(turn cancelled by shutdown)")]},
+    ]

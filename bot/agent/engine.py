@@ -124,7 +124,7 @@ class Engine:
             await self._store.count_resume(key)
             self._output.notice(key, RESTART_NOTICE)
             blocks = [protocol.text_block(item.text) for item in pending]
-            self._start(key, blocks, inbox_ids=[item.id for item in pending])
+            self._start(key, blocks, inbox_ids=[item.id for item in pending], resumed=True)
             resumed.append(key)
         if resumed:
             log.info("resumed %d sessions a previous process left unanswered", len(resumed))
@@ -218,6 +218,7 @@ class Engine:
         stop_at_first_wait: bool = False,
         toolbox: Toolbox | None = None,
         inbox_ids: list[int] | None = None,
+        resumed: bool = False,
     ) -> None:
         session = self._session(session_key)
         request = TurnRequest(
@@ -225,6 +226,7 @@ class Engine:
             blocks,
             session.injections,
             inbox_ids=inbox_ids or [],
+            resumed=resumed,
             stop_at_first_wait=stop_at_first_wait,
             toolbox=toolbox,
         )

@@ -62,6 +62,8 @@ class TurnRequest:
     injections: Injections
     inbox_ids: list[int] = field(default_factory=list)
     """The inbox rows whose text `content` carries."""
+    resumed: bool = False
+    """Started by `Engine.resume`: it answers inbox rows an earlier turn had stored."""
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     cancelled_by: str | None = None
     stop_at_first_wait: bool = False
@@ -102,6 +104,7 @@ class TurnRunner:
             opening = await self._repair_blocks(messages) + await self._late_result_blocks(conversation, exclude=set())
             protocol.append_user(messages, opening + request.content)
             conversation.inbox_ids += request.inbox_ids
+            conversation.owes = request.resumed or bool(request.inbox_ids)
             await self._loop(request, turn_id, conversation, outcome)
         except ModelError as exc:
             outcome.error = str(exc)
@@ -129,7 +132,9 @@ class TurnRunner:
         for outcome.iterations in range(1, self._settings.max_iterations + 1):
             if notes := request.injections.drain():
                 protocol.append_user(messages, protocol.injection_blocks([note.text for note in notes]))
-                conversation.inbox_ids += [note.inbox_id for note in notes if note.inbox_id is not None]
+                owed = [note.inbox_id for note in notes if note.inbox_id is not None]
+                conversation.inbox_ids += owed
+                conversation.owes = conversation.owes or bool(owed)
             if messages[-1]["role"] == "user" and not messages[-1]["content"]:
                 messages.pop()  # a wake-up whose news was already taken: nothing to say
                 return
@@ -282,11 +287,12 @@ class TurnRunner:
     async def _close(self, conversation: _Conversation, outcome: TurnOutcome) -> None:
         """Persist what is left, ending with an assistant message so the history stays valid.
 
-        After a shutdown the trailing user message is dropped instead: its text stays owed in the inbox,
-        and its tool results are rebuilt from the registry when the next start resumes the turn.
+        After a shutdown a turn that owes inbox rows their answer drops the trailing user message instead:
+        its text stays owed in the inbox, and its tool results are rebuilt from the registry when the next
+        start resumes the turn. (An edge without an inbox, the console, keeps the old close.)
         """
         messages = conversation.messages
-        answered = outcome.cancelled_by != SHUTDOWN
+        answered = outcome.cancelled_by != SHUTDOWN or not conversation.owes
         if not answered and messages and messages[-1]["role"] == "user" and len(messages) > conversation.persisted:
             messages.pop()
             conversation.inbox_ids.clear()
@@ -323,6 +329,8 @@ class _Conversation:
     inbox_ids: list[int] = field(default_factory=list)
     late: dict[str, ToolCall] = field(default_factory=dict)
     """Background results whose notes are in the messages not stored yet (delivered once they are)."""
+    owes: bool = False
+    """The turn answers inbox rows: a shutdown leaves them owed for the next start."""
 
     async def save(self, store: Store, *, answered: bool = False) -> None:
         if len(self.messages) > self.persisted or answered:
