@@ -185,6 +185,8 @@ async def test_kill_after_a_reminder_claim_before_its_post(own: World) -> None:
     release = slack.hold("chat.postMessage")  # before it takes effect
     await wait_reminder_attempt(slack, answered=False)
     await kill(daemon)
+    # The fake drops a request whose client is gone; released after that, it never takes effect.
+    await slack.wait_for(lambda: not slack.pending, WAIT_S, "the killed client's post dropped")
     release.set()
 
     await restart(daemon)
