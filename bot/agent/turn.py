@@ -292,8 +292,8 @@ class TurnRunner:
         start resumes the turn. (An edge without an inbox, the console, keeps the old close.)
         """
         messages = conversation.messages
-        answered = outcome.cancelled_by != SHUTDOWN or not conversation.owes
-        if not answered and messages and messages[-1]["role"] == "user" and len(messages) > conversation.persisted:
+        still_owed = conversation.owes and outcome.cancelled_by == SHUTDOWN
+        if still_owed and messages and messages[-1]["role"] == "user" and len(messages) > conversation.persisted:
             messages.pop()
             conversation.inbox_ids.clear()
             conversation.late.clear()
@@ -306,7 +306,7 @@ class TurnRunner:
                 note = f"(turn ended early: {outcome.error or 'interrupted'})"
             messages.append({"role": "assistant", "content": [protocol.text_block(note)]})
         try:
-            await self._save(conversation, answered=answered)
+            await self._save(conversation, answered=conversation.owes and not still_owed)
         except Exception:
             log.exception("could not persist the end of a turn in %s", conversation.key)
 
