@@ -243,3 +243,22 @@ async def test_a_reminder_post_answered_500_three_times_is_posted_once(own: Worl
     await finish(own)
     assert [m.text for m in reminder_posts(slack, "C1", event["ts"])] == ["<@U1> ⏰ try again"]
     assert sum(c.status == 500 for c in slack.calls_to("chat.postMessage")) == 3
+
+
+async def test_sigterm_mid_answer_then_the_next_start_answers(own: World) -> None:
+    """A deploy's graceful stop is no answer either: the turn it cut off is resumed by the next start."""
+    slack, model, daemon = own.slack, own.model, own.daemon
+    await daemon.start()
+    await daemon.connected()
+    own.script.add("summarise the week", Reply.text_only("Working on it", hold=asyncio.Event()))
+    own.script.add("summarise the week", Reply.text_only("A quiet week."))
+    event = await mention(slack, "C1", "summarise the week")
+    await model.wait_for_requests(1)
+    assert await daemon.stop() == 0, daemon.log()
+
+    await restart(daemon)
+    await wait_text(slack, "C1", event["ts"], "A quiet week.")
+    assert user_texts(model.requests[1]) == ["summarise the week"]
+    await finish(own)
+    assert len(texts_with(slack, "C1", event["ts"], "A quiet week.")) == 1
+    assert len(texts_with(slack, "C1", event["ts"], RESTART_NOTICE)) == 1

@@ -7,7 +7,7 @@ marked `recheck` (a retry, or one a restart found owed) first reads the thread w
 a 500 that Slack answered after it stored the message, or a kill between the post
 and its confirmation in the store, never makes it twice. The read walks the thread
 from its root, at most `MAX_PAGES` pages, so a thread longer than that is posted
-in without the check.
+in without the check, as is a session that has no thread yet (a heartbeat's first post).
 """
 
 from __future__ import annotations
