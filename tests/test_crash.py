@@ -153,10 +153,10 @@ async def test_kill_with_an_injection_acked_but_not_yet_seen_by_the_model(own: W
 
 
 async def schedule_a_reminder(own: World, words: str, *texts: str) -> dict[str, str]:
-    """A turn that sets reminders due in about two seconds; returns the thread's root event."""
+    """A turn that sets reminders due in about three seconds (after its answer is posted); returns the thread's root event."""
     own.script.add(
         words,
-        Reply.tools(*(tool_use("schedule_reminder", {"text": text, "in_seconds": 2}) for text in texts)),
+        Reply.tools(*(tool_use("schedule_reminder", {"text": text, "in_seconds": 3}) for text in texts)),
         Reply.text_only("Reminder set."),
     )
     event = await mention(own.slack, "C1", words)
