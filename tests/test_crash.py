@@ -153,7 +153,7 @@ async def test_kill_with_an_injection_acked_but_not_yet_seen_by_the_model(own: W
 
 
 async def schedule_a_reminder(own: World, words: str, *texts: str) -> dict[str, str]:
-    """A turn that sets reminders due in about three seconds (after its answer is posted); returns the thread's root event."""
+    """A turn that sets reminders due in about three seconds (after its answer is posted); returns its root event."""
     own.script.add(
         words,
         Reply.tools(*(tool_use("schedule_reminder", {"text": text, "in_seconds": 3}) for text in texts)),
