@@ -27,6 +27,7 @@ from bot.agent.engine import Delivery
 from bot.calls.models import utcnow
 from bot.schedule import FireReport, Scheduler
 from bot.store import NewReminder, ReminderKind, Store
+from bot.types import ReminderOutcome, ReminderPost
 
 STARTUP_ROWS = 10_000
 BURST_ROWS = 1_000
@@ -43,15 +44,16 @@ class NullEdge:
     def __init__(self) -> None:
         self.handed: dict[str, datetime] = {}
 
-    def reminder(self, session_key: str, text: str, requester: str | None = None) -> None:
-        self.handed[text] = utcnow()
+    async def reminder(self, post: ReminderPost) -> ReminderOutcome:
+        self.handed[post.text] = utcnow()
+        return ReminderOutcome.POSTED
 
     def __getattr__(self, name: str) -> Any:
         return lambda *args, **kwargs: None
 
 
 class NullEngine:
-    def submit(self, session_key: str, content: str) -> Delivery:
+    def submit(self, session_key: str, content: str, *, inbox_id: int | None = None) -> Delivery:
         return Delivery.STARTED
 
 

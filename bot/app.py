@@ -181,7 +181,11 @@ async def open_core(
             ),
         )
         engine = Engine(
-            runner=runner, registry=registry, store=store, max_injections_per_turn=settings.bot_max_injections_per_turn
+            runner=runner,
+            registry=registry,
+            store=store,
+            output=output,
+            max_injections_per_turn=settings.bot_max_injections_per_turn,
         )
         scheduler = build_scheduler(
             settings,

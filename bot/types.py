@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -109,9 +111,36 @@ class TurnOutcome:
     usage: Usage = Usage()
 
 
+@dataclass(frozen=True, slots=True)
+class ReminderPost:
+    """A reminder run the scheduler owes a thread: one `(reminder_id, due_at)`, posted once.
+
+    `recheck` says the post may already be there (a retry, or a restart after a claim): the edge
+    looks for it (by the mark it puts on every reminder post) before posting again.
+    """
+
+    reminder_id: int
+    due_at: datetime
+    session_key: str
+    text: str
+    requester: str | None
+    claimed_at: datetime
+    recheck: bool = False
+
+
+class ReminderOutcome(StrEnum):
+    POSTED = "posted"
+    """Confirmed in the thread (just now, or found there from an earlier attempt)."""
+    RETRY = "retry"
+    """Not confirmed (Slack down, rate limited, no answer): try again later."""
+    UNDELIVERABLE = "undeliverable"
+    """It never will be (the channel is gone, the bot was removed): stop trying."""
+
+
 class EngineOutput(Protocol):
     """Everything the engine tells an edge. Calls are synchronous and must not block:
-    an edge that does I/O queues it, so a slow Slack never slows the turn loop."""
+    an edge that does I/O queues it, so a slow Slack never slows the turn loop.
+    `reminder` alone is awaited, by the scheduler, which must know that the post landed."""
 
     def turn_started(self, session_key: str) -> None: ...
 
@@ -126,8 +155,12 @@ class EngineOutput(Protocol):
     def notice(self, session_key: str, text: str) -> None:
         """A short line for the people in the session: an error, a cut-off answer."""
 
-    def reminder(self, session_key: str, text: str, requester: str | None = None) -> None:
-        """A due reminder, posted without a model call; the edge mentions `requester`, who asked for it."""
+    async def reminder(self, post: ReminderPost) -> ReminderOutcome:
+        """Post a due reminder (no model call), mentioning `post.requester`, and say whether it landed.
+
+        The one awaitable report: the scheduler retries until the edge confirms, so an edge that
+        cannot be sure must answer RETRY rather than POSTED.
+        """
 
     def turn_finished(self, outcome: TurnOutcome) -> None: ...
 

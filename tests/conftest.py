@@ -24,7 +24,7 @@ from bot.app import Core, open_core
 from bot.calls.models import CallStatus, ToolCall
 from bot.config import Settings, load_settings
 from bot.model.anthropic import AnthropicProvider
-from bot.types import EngineOutput, TurnOutcome
+from bot.types import EngineOutput, ReminderOutcome, ReminderPost, TurnOutcome
 
 MODEL = "claude-sonnet-5-5"
 WAIT_S = 10.0
@@ -137,9 +137,10 @@ class RecordingOutput:
         self.notices.append((session_key, text))
         self._record("notice", session_key, text)
 
-    def reminder(self, session_key: str, text: str, requester: str | None = None) -> None:
-        self.reminders.append((session_key, text))
-        self._record("reminder", session_key, text)
+    async def reminder(self, post: ReminderPost) -> ReminderOutcome:
+        self.reminders.append((post.session_key, post.text))
+        self._record("reminder", post.session_key, post.text)
+        return ReminderOutcome.POSTED
 
     def turn_finished(self, outcome: TurnOutcome) -> None:
         self.outcomes.append(outcome)

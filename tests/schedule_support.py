@@ -46,7 +46,7 @@ class FakeWaker:
         self.submits: list[tuple[str, str]] = []
         self.busy: set[str] = set()
 
-    def submit(self, session_key: str, content: str) -> Delivery:
+    def submit(self, session_key: str, content: str, *, inbox_id: int | None = None) -> Delivery:
         self.submits.append((session_key, content))
         return Delivery.INJECTED if session_key in self.busy else Delivery.STARTED
 

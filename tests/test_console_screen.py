@@ -96,7 +96,7 @@ async def test_pending_shows_only_for_a_call_that_waits_for_a_slot(
     fake: FakeAnthropic, core_factory: CoreFactory
 ) -> None:
     screen = Screen(columns=200)
-    core = await core_factory(output=screen.output, bot_max_concurrent_tools_per_session=1)
+    core = await core_factory(output=screen.output, bot_max_concurrent_io_tools=1)
     screen.output.attach(waits_for_slot=partial(waits_for_slot, core), on_turn_end=lambda: None)
     fake.script(
         Reply.tools(tool_use("sleep_for", {"seconds": 0.3}), tool_use("sleep_for", {"seconds": 0.2})),

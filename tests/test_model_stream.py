@@ -59,12 +59,13 @@ async def test_a_stream_of_only_pings_is_no_progress(
 async def test_the_request_deadline_bounds_a_slow_trickle(
     core_factory: CoreFactory, fake: FakeAnthropic, output: RecordingOutput
 ) -> None:
-    core = await core_factory(bot_model_idle_timeout_s=30, bot_model_timeout_s=0.5)
+    # 2 s, not less: the answer after it must fit the same deadline on a loaded machine.
+    core = await core_factory(bot_model_idle_timeout_s=30, bot_model_timeout_s=2)
     fake.script(Reply.stalled("pings"))
     started = time.monotonic()
     outcome = await core.engine.run_turn(KEY, "hello?")
-    assert time.monotonic() - started < 0.5 + SLACK_S
-    assert outcome is not None and outcome.error == "the model did not finish its answer within 0.5s; please try again"
+    assert time.monotonic() - started < 2 + SLACK_S
+    assert outcome is not None and outcome.error == "the model did not finish its answer within 2s; please try again"
     assert output.notices == [(KEY, f"⚠️ Model error: {outcome.error}")]
     fake.script(Reply.text_only("Back."))
     again = await core.engine.run_turn(KEY, "again")

@@ -21,6 +21,7 @@ from schedule_support import FakeClock, FakeWaker, Fires, texts
 from bot.calls.models import utcnow
 from bot.schedule import Scheduler
 from bot.store import ReminderKind, ReminderStatus, Store
+from bot.types import ReminderOutcome, ReminderPost
 
 KEY, OTHER = "test:sched", "test:other"
 HOUR = 3600.0
@@ -208,10 +209,10 @@ async def test_a_missed_cron_run_is_reported_and_the_next_one_kept(make: Factory
 
 
 class ExplodingOutput(RecordingOutput):
-    def reminder(self, session_key: str, text: str, requester: str | None = None) -> None:
-        if text == "boom":
+    async def reminder(self, post: ReminderPost) -> ReminderOutcome:
+        if post.text == "boom":
             raise RuntimeError("the edge fell over")
-        super().reminder(session_key, text, requester)
+        return await super().reminder(post)
 
 
 async def test_a_job_raising_does_not_stop_later_jobs(make: Factory, caplog: pytest.LogCaptureFixture) -> None:
@@ -232,7 +233,7 @@ async def test_a_job_raising_does_not_stop_later_jobs(make: Factory, caplog: pyt
     await asyncio.wait_for(ticked.wait(), 5)
     assert exploding.reminders == [(KEY, "still here")]
     failures = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
-    assert f"scheduled job reminder:{bad} failed" in failures
+    assert any(failure.startswith(f"posting reminder {bad} ") for failure in failures)
     assert "scheduled job bad-tick failed" in failures
     assert scheduler.next_run_time("bad-tick") is not None  # the interval job lives on
 
@@ -251,8 +252,8 @@ async def test_a_cron_whose_delivery_fails_keeps_its_next_run(make: Factory) -> 
     await scheduler.start()
     rid = await add(scheduler, "boom", datetime(2026, 5, 1, 7, tzinfo=UTC), cron="0 7 * * *", zone="UTC")
     clock.now = datetime(2026, 5, 1, 7, 0, 1, tzinfo=UTC)
-    with pytest.raises(RuntimeError, match="the edge fell over"):
-        await scheduler.fire(rid)
+    report = await scheduler.fire(rid)  # the edge's failure is the post's, not the schedule's
+    assert report.next_due_at == datetime(2026, 5, 2, 7, tzinfo=UTC)
     assert_runs_in(scheduler, rid, 86400 - 1)
 
 
@@ -348,3 +349,12 @@ async def test_a_stored_cron_that_no_longer_parses_fires_once_and_says_why(
     (notice,) = texts(output.notices, KEY)
     assert notice.startswith("⏰ This repeating reminder stops here, its cron is not valid any more: cron takes ASCII")
     assert (await scheduler.get(rid)).status is ReminderStatus.FIRED  # type: ignore[union-attr]
+
+
+async def test_a_post_the_edge_fails_stays_owed_and_is_retried(make: Factory, store: Store) -> None:
+    exploding = ExplodingOutput()
+    scheduler = make(out=exploding)
+    rid = await add(scheduler, "boom", utcnow())
+    await scheduler.fire(rid)
+    assert scheduler.posts_retrying == 1
+    assert [(p.reminder_id, p.text) for p in await store.owed_reminder_posts()] == [(rid, "boom")]

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from fakes.slack_api import FakeSlack, StoredMessage
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.calls.models import CallStatus, ProgressKind, ToolCall
+from bot.calls.models import CallStatus, ProgressKind, ToolCall, utcnow
 from bot.slack.edits import EditScheduler
 from bot.slack.output import SlackEdge
 from bot.store import Store
-from bot.types import TurnOutcome
+from bot.types import ReminderOutcome, ReminderPost, TurnOutcome
 
 KEY = "slack:T1:C1:100.000000"
 WAIT_S = 5.0
@@ -145,11 +146,41 @@ async def test_thinking_is_cleared_when_a_turn_ends_without_a_post(rig: Rig) -> 
     assert rig.posts() == []
 
 
+def reminder_post(text: str, *, recheck: bool = False, requester: str | None = None) -> ReminderPost:
+    return ReminderPost(7, datetime(2026, 5, 1, 9, tzinfo=UTC), KEY, text, requester, utcnow(), recheck)
+
+
 async def test_reminders_and_notices_go_into_the_thread(rig: Rig) -> None:
-    rig.edge.reminder(KEY, "stand-up in 5 minutes")
+    assert await rig.edge.reminder(reminder_post("stand-up in 5 minutes")) is ReminderOutcome.POSTED
     rig.edge.notice(KEY, "⚠️ Model error: overloaded")
     await rig.settle()
     assert [post.text for post in rig.posts()] == ["<@U1> ⏰ stand-up in 5 minutes", "⚠️ Model error: overloaded"]
+    reminder = rig.posts()[0]
+    assert reminder.extra["metadata"] == {
+        "event_type": "threadbot_reminder",
+        "event_payload": {"reminder_id": 7, "due_at": "2026-05-01T09:00:00+00:00"},
+    }
+
+
+async def test_a_reminder_found_in_the_thread_is_not_posted_again(rig: Rig) -> None:
+    """After a 500 that Slack answered once it had stored the post, or a kill before it was confirmed."""
+    assert await rig.edge.reminder(reminder_post("stretch")) is ReminderOutcome.POSTED
+    assert await rig.edge.reminder(reminder_post("stretch", recheck=True)) is ReminderOutcome.POSTED
+    other_run = replace(reminder_post("stretch", recheck=True), due_at=datetime(2026, 5, 2, 9, tzinfo=UTC))
+    assert await rig.edge.reminder(other_run) is ReminderOutcome.POSTED
+    assert [post.text for post in rig.posts()] == ["<@U1> ⏰ stretch", "<@U1> ⏰ stretch"]
+    replies = [c for c in rig.slack.calls_to("conversations.replies") if c.params.get("include_all_metadata")]
+    assert len(replies) == 2
+
+
+async def test_a_reminder_slack_refuses_says_retry_or_give_up(rig: Rig) -> None:
+    rig.slack.fail("chat.postMessage", status=500)
+    assert await rig.edge.reminder(reminder_post("again")) is ReminderOutcome.RETRY
+    rig.slack.fail("chat.postMessage", status=200, error="channel_not_found")
+    assert await rig.edge.reminder(reminder_post("again")) is ReminderOutcome.UNDELIVERABLE
+    rig.slack.fail("conversations.replies", status=429, retry_after=1)
+    assert await rig.edge.reminder(reminder_post("again", recheck=True)) is ReminderOutcome.RETRY
+    assert rig.posts() == []
 
 
 async def test_a_heartbeat_says_nothing_when_all_is_well_and_opens_a_thread_otherwise(rig: Rig) -> None:

@@ -4,6 +4,10 @@ This is the engine's front door for every edge and for the scheduler: a message
 starts a turn or joins the running one, a cancel stops it, a wake-up comes back
 as a new turn or a note, and a background call that finishes while the session
 is idle starts a turn of its own so the agent can react.
+
+What an edge acknowledged comes with the id of its inbox row, and travels with
+the text (into the turn's content or the injection queue) until a save stores
+it. At start, `resume` picks up every session a dead process left owing an answer.
 """
 
 from __future__ import annotations
@@ -16,15 +20,20 @@ from enum import StrEnum
 from bot.agent import protocol
 from bot.agent.injections import Injections
 from bot.agent.toolbox import Toolbox
-from bot.agent.turn import TurnRequest, TurnRunner
+from bot.agent.turn import SHUTDOWN, TurnRequest, TurnRunner
 from bot.calls.models import JSON, ToolCall
 from bot.calls.registry import CallRegistry, CancelResult
 from bot.store import Store
-from bot.types import TurnOutcome
+from bot.types import EngineOutput, SessionFilter, TurnOutcome
 
 log = logging.getLogger(__name__)
 
 CANCEL_WAIT_S = 5.0
+RESTART_NOTICE = "↻ I was restarted in the middle of this; picking up where I left off."
+MAX_RESUMES = 3
+GIVE_UP_NOTICE = (
+    f"⚠️ I was restarted {MAX_RESUMES} times while working on this and could not finish it. Please ask again."
+)
 
 
 class Delivery(StrEnum):
@@ -42,9 +51,16 @@ class _Session:
 
 class Engine:
     def __init__(
-        self, *, runner: TurnRunner, registry: CallRegistry, store: Store, max_injections_per_turn: int
+        self,
+        *,
+        runner: TurnRunner,
+        registry: CallRegistry,
+        store: Store,
+        output: EngineOutput,
+        max_injections_per_turn: int,
     ) -> None:
         self._runner = runner
+        self._output = output
         self._registry = registry
         self._store = store
         self._max_injections = max_injections_per_turn
@@ -66,20 +82,62 @@ class Engine:
         *,
         stop_at_first_wait: bool = False,
         toolbox: Toolbox | None = None,
+        inbox_id: int | None = None,
         requester: str | None = None,
     ) -> Delivery:
         """Start a turn with `content`, or inject it into the turn already running.
 
-        `requester` (who wrote it) is what the turn's model calls are booked to.
+        `inbox_id` names the inbox row that holds `content` (what an edge acknowledged); a refused
+        one stays owed there, and the next start resumes it. `requester` (who wrote it) is what the
+        turn's model calls are booked to.
         """
         if not self._accepting:
             return Delivery.REFUSED
         if self.is_busy(session_key):
-            self._session(session_key).injections.put(_plain_text(content))
+            self._session(session_key).injections.put(_plain_text(content), inbox_id)
             return Delivery.INJECTED
         blocks = [protocol.text_block(content)] if isinstance(content, str) else content
-        self._start(session_key, blocks, stop_at_first_wait=stop_at_first_wait, toolbox=toolbox, requester=requester)
+        inbox_ids = [inbox_id] if inbox_id is not None else []
+        self._start(
+            session_key,
+            blocks,
+            stop_at_first_wait=stop_at_first_wait,
+            toolbox=toolbox,
+            inbox_ids=inbox_ids,
+            requester=requester,
+        )
         return Delivery.STARTED
+
+    async def resume(self, owns: SessionFilter | None = None) -> list[str]:
+        """At start: every session a stopped process left owing an answer gets its turn again; their keys.
+
+        The turn goes on from the stored history: tool calls it had started are answered from the
+        registry (orphaned, or their result if they finished), and what was never stored is handed to
+        the model again. A session whose answer was stored, and only its bookkeeping was cut off, is
+        just marked answered. `owns` keeps an edge to its own sessions.
+        """
+        resumed: list[str] = []
+        for key, items in (await self._store.open_inbox()).items():
+            if (owns is not None and not owns(key)) or self.is_busy(key):
+                continue
+            pending = [item for item in items if item.pending]
+            if not pending and not protocol.unanswered_tool_uses(await self._store.load_messages(key)):
+                await self._store.answer_inbox(key)
+                continue
+            if max(item.resumes for item in items) >= MAX_RESUMES:
+                # Perhaps this very turn is what kills the process: a crash loop must end somewhere.
+                log.error("session %s was resumed %d times without an answer; giving up", key, MAX_RESUMES)
+                await self._store.give_up_inbox(key)
+                self._output.notice(key, GIVE_UP_NOTICE)
+                continue
+            await self._store.count_resume(key)
+            self._output.notice(key, RESTART_NOTICE)
+            blocks = [protocol.text_block(item.text) for item in pending]
+            self._start(key, blocks, inbox_ids=[item.id for item in pending], resumed=True)
+            resumed.append(key)
+        if resumed:
+            log.info("resumed %d sessions a previous process left unanswered", len(resumed))
+        return resumed
 
     async def run_turn(
         self, session_key: str, content: str | list[dict[str, JSON]], *, stop_at_first_wait: bool = False
@@ -145,7 +203,7 @@ class Engine:
         _, still_running = await asyncio.wait(tasks, timeout=grace_s)
         for key, session in list(self._sessions.items()):
             if session.task in still_running:
-                await self.cancel_turn(key, by="shutdown")
+                await self.cancel_turn(key, by=SHUTDOWN)
         _, stuck = await asyncio.wait(tasks, timeout=grace_s)
         for task in stuck:
             task.cancel()
@@ -168,6 +226,8 @@ class Engine:
         *,
         stop_at_first_wait: bool = False,
         toolbox: Toolbox | None = None,
+        inbox_ids: list[int] | None = None,
+        resumed: bool = False,
         requester: str | None = None,
     ) -> None:
         session = self._session(session_key)
@@ -175,6 +235,8 @@ class Engine:
             session_key,
             blocks,
             session.injections,
+            inbox_ids=inbox_ids or [],
+            resumed=resumed,
             stop_at_first_wait=stop_at_first_wait,
             toolbox=toolbox,
             requester=requester,

@@ -2,26 +2,35 @@
 
 The edge puts lines in; the turn loop is woken by `arrived` and drains them.
 The per-turn fuse stops a producer that never pauses from keeping a turn alive.
+Each line keeps the id of its inbox row, so the turn that stores it in the
+history can mark the row stored in the same transaction.
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    text: str
+    inbox_id: int | None = None
 
 
 class Injections:
     def __init__(self, max_per_turn: int) -> None:
-        self._lines: list[str] = []
+        self._lines: list[Note] = []
         self._max_per_turn = max_per_turn
         self._taken_this_turn = 0
         self.arrived = asyncio.Event()
 
-    def put(self, line: str) -> None:
+    def put(self, line: str, inbox_id: int | None = None) -> None:
         if line.strip():
-            self._lines.append(line.strip())
+            self._lines.append(Note(line.strip(), inbox_id))
             self.arrived.set()
 
-    def drain(self) -> list[str]:
+    def drain(self) -> list[Note]:
         """Take what is queued, up to what the fuse still allows this turn; the rest waits for the next turn."""
         room = max(0, self._max_per_turn - self._taken_this_turn)
         taken, self._lines = self._lines[:room], self._lines[room:]

@@ -4,6 +4,13 @@ The turn persists the conversation in (user, assistant) pairs, so the stored
 history always ends with an assistant message and stays valid for the API even
 if the process dies mid-turn. A turn cut short (cancel, error, iteration cap)
 closes with a short assistant note saying so.
+
+What a person said is not lost while it waits for its pair: it is in the inbox
+(bot/store/inbox.py) from the moment it was acknowledged. The save that stores it
+in the history marks its row stored, and the turn's last save marks the session's
+rows answered. A turn stopped by a shutdown is not an answer: it leaves its
+unanswered user message out of the history and its rows owed, so the next start
+resumes it (`Engine.resume`).
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ STOP_NOTICES = {
     "model_context_window_exceeded": "This conversation no longer fits the model's context, even compacted.",
 }
 CONTINUE_NOTE = "[your reply was cut off by the output limit; continue exactly where you stopped]"
+SHUTDOWN = "shutdown"
+"""Who cancels the turns a stopping process did not let finish (`Engine.shutdown`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +66,10 @@ class TurnRequest:
     session_key: str
     content: list[dict[str, JSON]]
     injections: Injections
+    inbox_ids: list[int] = field(default_factory=list)
+    """The inbox rows whose text `content` carries."""
+    resumed: bool = False
+    """Started by `Engine.resume`: it answers inbox rows an earlier turn had stored."""
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     cancelled_by: str | None = None
     stop_at_first_wait: bool = False
@@ -97,11 +110,12 @@ class TurnRunner:
             await self._store.ensure_session(key)
             turn_id = f"{key}#{await self._store.next_turn(key)}"
             messages = await self._store.load_messages(key)
-            conversation = _Conversation(key, messages, persisted=len(messages))
-            opening = await self._repair_blocks(messages) + await self._late_result_blocks(key, exclude=set())
+            conversation = _Conversation(key, turn_id, messages, persisted=len(messages))
+            opening = await self._repair_blocks(messages) + await self._late_result_blocks(conversation, exclude=set())
             protocol.append_user(messages, opening + request.content)
-            billing = Billing(key, turn_id, request.requester)
-            await self._loop(request, billing, conversation, outcome)
+            conversation.inbox_ids += request.inbox_ids
+            conversation.owes = request.resumed or bool(request.inbox_ids)
+            await self._loop(request, Billing(key, turn_id, request.requester), conversation, outcome)
         except ModelError as exc:
             outcome.error = str(exc)
             self._output.notice(key, f"⚠️ Model error: {exc}")
@@ -127,8 +141,11 @@ class TurnRunner:
         continuations = 0
         cut_off = False  # the previous reply hit the output limit and this one continues it
         for outcome.iterations in range(1, self._settings.max_iterations + 1):
-            if lines := request.injections.drain():
-                protocol.append_user(messages, protocol.injection_blocks(lines))
+            if notes := request.injections.drain():
+                protocol.append_user(messages, protocol.injection_blocks([note.text for note in notes]))
+                owed = [note.inbox_id for note in notes if note.inbox_id is not None]
+                conversation.inbox_ids += owed
+                conversation.owes = conversation.owes or bool(owed)
             if messages[-1]["role"] == "user" and not messages[-1]["content"]:
                 messages.pop()  # a wake-up whose news was already taken: nothing to say
                 return
@@ -142,7 +159,7 @@ class TurnRunner:
             else:
                 messages.append({"role": "assistant", "content": reply.content})
             if reply.stop_reason != "pause_turn":  # a paused reply is stored once it is whole
-                await conversation.save(self._store)
+                await self._save(conversation)
             outcome.text = outcome.text + reply.text if cut_off else reply.text or outcome.text
             outcome.stop_reason = reply.stop_reason
             cut_off = reply.stop_reason == "pause_turn"  # the next reply goes on from this one
@@ -151,7 +168,7 @@ class TurnRunner:
                 cut_off = True
                 protocol.append_user(messages, [protocol.text_block(CONTINUE_NOTE)])
             elif reply.tool_uses:
-                if not await self._run_batch(request, billing.turn_id or "", reply, malformed, messages, outcome):
+                if not await self._run_batch(request, conversation.turn_id, reply, malformed, conversation, outcome):
                     return
             elif reply.stop_reason == "pause_turn":
                 continue  # the API continues a paused reply when it is sent back as it is
@@ -231,7 +248,7 @@ class TurnRunner:
         turn_id: str,
         reply: ModelReply,
         malformed: set[str],
-        messages: list[Message],
+        conversation: _Conversation,
         outcome: TurnOutcome,
     ) -> bool:
         """Start the batch, wait under the yield strategy, add results; False when the turn must end."""
@@ -265,8 +282,8 @@ class TurnRunner:
             await self._registry.cancel_many([c.id for c in calls], by=request.cancelled_by)
         results = [protocol.tool_result_block(call, self._settings.tool_result_max_chars) for call in calls]
         await self._registry.mark_delivered(call for call in calls if call.is_final)
-        late = await self._late_result_blocks(key, exclude={call.id for call in calls})
-        protocol.append_user(messages, results + late)
+        late = await self._late_result_blocks(conversation, exclude={call.id for call in calls})
+        protocol.append_user(conversation.messages, results + late)
         if request.stop_at_first_wait and any(not call.is_final for call in calls):
             outcome.pending_call_ids = [call.id for call in calls if not call.is_final]
             return False
@@ -290,12 +307,17 @@ class TurnRunner:
             await asyncio.gather(*(self._registry.wait_final(call.id) for call in quick))
         return end
 
-    async def _late_result_blocks(self, key: str, *, exclude: set[str]) -> list[dict[str, JSON]]:
-        """Notes for background calls that finished after their turn yielded; each is delivered once."""
-        late = [call for call in await self._store.undelivered_calls(key) if call.id not in exclude]
+    async def _late_result_blocks(self, conversation: _Conversation, *, exclude: set[str]) -> list[dict[str, JSON]]:
+        """Notes for background calls that finished after their turn yielded; each is delivered once.
+
+        A call counts as delivered once the note is stored (`_save`): a process that dies first hands it
+        to the model again after the restart, rather than never.
+        """
+        taken = exclude | set(conversation.late)
+        late = [call for call in await self._store.undelivered_calls(conversation.key) if call.id not in taken]
         if not late:
             return []
-        await self._registry.mark_delivered(late)
+        conversation.late.update((call.id, call) for call in late)
         limit = self._settings.tool_result_max_chars
         return [block for call in late for block in protocol.late_result_blocks(call, limit)]
 
@@ -312,9 +334,19 @@ class TurnRunner:
         return blocks
 
     async def _close(self, conversation: _Conversation, outcome: TurnOutcome) -> None:
-        """Persist what is left, ending with an assistant message so the history stays valid."""
+        """Persist what is left, ending with an assistant message so the history stays valid.
+
+        After a shutdown a turn that owes inbox rows their answer drops the trailing user message instead:
+        its text stays owed in the inbox, and its tool results are rebuilt from the registry when the next
+        start resumes the turn. (An edge without an inbox, the console, keeps the old close.)
+        """
         messages = conversation.messages
-        if messages and messages[-1]["role"] == "user":
+        still_owed = conversation.owes and outcome.cancelled_by == SHUTDOWN
+        if still_owed and messages and messages[-1]["role"] == "user" and len(messages) > conversation.persisted:
+            messages.pop()
+            conversation.inbox_ids.clear()
+            conversation.late.clear()
+        elif messages and messages[-1]["role"] == "user":
             if outcome.cancelled_by:
                 note = f"(turn cancelled by {outcome.cancelled_by})"
             elif outcome.pending_call_ids:
@@ -323,21 +355,41 @@ class TurnRunner:
                 note = f"(turn ended early: {outcome.error or 'interrupted'})"
             messages.append({"role": "assistant", "content": [protocol.text_block(note)]})
         try:
-            await conversation.save(self._store)
+            await self._save(conversation, answered=conversation.owes and not still_owed)
         except Exception:
             log.exception("could not persist the end of a turn in %s", conversation.key)
+
+    async def _save(self, conversation: _Conversation, *, answered: bool = False) -> None:
+        await conversation.save(self._store, answered=answered)
+        if conversation.late:
+            await self._registry.mark_delivered(list(conversation.late.values()))
+            conversation.late.clear()
 
 
 @dataclass(slots=True)
 class _Conversation:
-    """The session's messages during a turn, and how many of them the store already has."""
+    """The session's messages during a turn, how many of them the store already has, and the inbox
+    rows whose text is in the messages not stored yet."""
 
     key: str
+    turn_id: str
     messages: list[Message]
     persisted: int
+    inbox_ids: list[int] = field(default_factory=list)
+    late: dict[str, ToolCall] = field(default_factory=dict)
+    """Background results whose notes are in the messages not stored yet (delivered once they are)."""
+    owes: bool = False
+    """The turn answers inbox rows: a shutdown leaves them owed for the next start."""
     estimate: SizeEstimate = field(default_factory=SizeEstimate)
 
-    async def save(self, store: Store) -> None:
-        if len(self.messages) > self.persisted:
-            await store.append_messages(self.key, self.messages[self.persisted :])
+    async def save(self, store: Store, *, answered: bool = False) -> None:
+        if len(self.messages) > self.persisted or answered:
+            await store.append_messages(
+                self.key,
+                self.messages[self.persisted :],
+                inbox_ids=self.inbox_ids,
+                turn_id=self.turn_id,
+                answered=answered,
+            )
             self.persisted = len(self.messages)
+            self.inbox_ids = []

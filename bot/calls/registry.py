@@ -24,7 +24,7 @@ from bot.calls.writer import CallWriter
 from bot.store import ProcessGroupRecord, Store
 from bot.text import clean_json, clean_text
 from bot.types import CallListener
-from tools.base import Tool, ToolContext, ToolError
+from tools.base import Tool, ToolContext, ToolError, ToolKind
 
 log = logging.getLogger(__name__)
 
@@ -334,9 +334,10 @@ class CallRegistry:
         if ids:
             await self._store.mark_delivered(ids)
 
-    def slots_full(self, session_key: str) -> bool:
-        """Whether a new call of this session would wait for a slot (a `pending` call may just be about to start)."""
-        return self._slots.full(session_key)
+    def slots_full(self, session_key: str, kind: ToolKind) -> bool:
+        """Whether a new call of this kind and session would wait for a slot (a `pending` call may just be
+        about to start)."""
+        return self._slots.full(session_key, kind)
 
     @property
     def running_count(self) -> int:

@@ -38,8 +38,10 @@ class Slots:
         async with session, self._global:
             yield
 
-    def full(self, session_key: str) -> bool:
-        """Whether a call of this session would wait now: its session's cap or the global one is reached."""
+    def full(self, session_key: str, kind: ToolKind) -> bool:
+        """Whether a call of this kind in this session would wait now: a cap it counts against is reached."""
+        if kind is ToolKind.IO:
+            return self._io.locked()
         session = self._sessions.get(session_key)
         return self._global.locked() or (session is not None and session.locked())
 

@@ -21,7 +21,7 @@ from bot.calls.models import ToolCall
 from bot.config import Settings
 from bot.errors import ThreadbotError
 from bot.text import clean_text
-from bot.types import TurnOutcome
+from bot.types import ReminderOutcome, ReminderPost, TurnOutcome
 
 
 @dataclass
@@ -52,8 +52,9 @@ class CollectingOutput:
     def notice(self, session_key: str, text: str) -> None:
         self.notices.append(text)
 
-    def reminder(self, session_key: str, text: str, requester: str | None = None) -> None:
-        self.notices.append(f"reminder: {text}")
+    async def reminder(self, post: ReminderPost) -> ReminderOutcome:
+        self.notices.append(f"reminder: {post.text}")
+        return ReminderOutcome.POSTED
 
     def turn_finished(self, outcome: TurnOutcome) -> None:
         pass

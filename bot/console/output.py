@@ -9,7 +9,7 @@ from typing import TextIO
 
 from bot.calls.models import CallStatus, ToolCall
 from bot.calls.summary import call_label, icon, state_text
-from bot.types import TurnOutcome
+from bot.types import ReminderOutcome, ReminderPost, TurnOutcome
 
 
 class ConsoleOutput:
@@ -44,8 +44,10 @@ class ConsoleOutput:
     def notice(self, session_key: str, text: str) -> None:
         self.line(text)
 
-    def reminder(self, session_key: str, text: str, requester: str | None = None) -> None:
-        self.line(f"⏰ {text}")
+    async def reminder(self, post: ReminderPost) -> ReminderOutcome:
+        """Printed is delivered: a terminal cannot fail to show it."""
+        self.line(f"⏰ {post.text}")
+        return ReminderOutcome.POSTED
 
     def turn_finished(self, outcome: TurnOutcome) -> None:
         if outcome.cancelled_by:

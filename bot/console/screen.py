@@ -16,7 +16,7 @@ from bot.agent.engine import Delivery
 from bot.calls.models import CallStatus, ToolCall
 from bot.calls.summary import call_label, icon, state_text
 from bot.console.fit import break_row, fit
-from bot.types import TurnOutcome
+from bot.types import ReminderOutcome, ReminderPost, TurnOutcome
 
 ANSWER_PREFIX = "assistant: "
 ACK = "👀"
@@ -130,8 +130,10 @@ class TerminalOutput:
     def notice(self, session_key: str, text: str) -> None:
         self._print(text)
 
-    def reminder(self, session_key: str, text: str, requester: str | None = None) -> None:
-        self._print(f"⏰ {text}")
+    async def reminder(self, post: ReminderPost) -> ReminderOutcome:
+        """Printed is delivered: a terminal cannot fail to show it."""
+        self._print(f"⏰ {post.text}")
+        return ReminderOutcome.POSTED
 
     def turn_finished(self, outcome: TurnOutcome) -> None:
         self._turns.discard(outcome.session_key)

@@ -149,8 +149,9 @@ async def _wait_turn_with_sigint(engine: Engine, key: str, interrupts: Interrupt
 def waits_for_slot(core: Core, call: ToolCall) -> bool:
     """A `pending` call is shown as pending only when the caps really hold it back, not just before it starts."""
     tool = core.toolbox.get(call.tool_name)
-    uses_slot = tool is not None and tool.uses_slot
-    return call.status is CallStatus.PENDING and uses_slot and core.registry.slots_full(call.session_key)
+    if tool is None or not tool.uses_slot:
+        return False
+    return call.status is CallStatus.PENDING and core.registry.slots_full(call.session_key, tool.kind)
 
 
 @contextlib.contextmanager

@@ -3,7 +3,10 @@
 The order is the point. The row is claimed in the store (a compare-and-set on
 its due time) before anything is delivered, so a fire happens once even if two
 jobs, or two processes, reach it together, and a clean restart never repeats
-one. A reminder is posted as is (no model call); a wait wakes its session
+one. The claim writes what it owes in the same transaction: a reminder's post,
+which the scheduler then delivers until the edge confirms it (posting.py), and
+a wait's note, which goes to the session's inbox like a message someone sent.
+A reminder is posted as is (no model call); a wait wakes its session
 through the engine, which starts a turn if the session is idle and injects the
 note if one is running. Too late (beyond `max_lateness_s`) means a notice that
 it was missed instead; a cron that missed several runs fires once, for the
@@ -20,11 +23,12 @@ from typing import Protocol
 from zoneinfo import ZoneInfo
 
 from bot.agent.engine import Delivery
+from bot.calls.models import utcnow
 from bot.schedule.cron import CronSchedule
 from bot.schedule.cron_runs import latest_run, next_run
 from bot.schedule.timing import Punctuality, Verdict, format_duration, judge, local_text
 from bot.store import Reminder, ReminderKind, ReminderStatus, Store
-from bot.types import EngineOutput
+from bot.types import EngineOutput, ReminderPost
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +38,7 @@ Clock = Callable[[], datetime]
 class Waker(Protocol):
     """The engine's front door, as far as a wake-up needs it (`Engine.submit`)."""
 
-    def submit(self, session_key: str, content: str) -> Delivery: ...
+    def submit(self, session_key: str, content: str, *, inbox_id: int | None = None) -> Delivery: ...
 
 
 def wake_note(reason: str) -> str:
@@ -70,6 +74,8 @@ class Claim:
 
     report: FireReport
     reminder: Reminder | None = None
+    owed: str | None = None
+    """What this firing delivers (the post's text, the wait's note); None for a miss."""
     farewell: str | None = None
     """Told to the thread after the delivery when a cron row ended because its schedule has no run ahead."""
 
@@ -98,26 +104,32 @@ class Firer:
             return await self._claim_cron(reminder, started)
         verdict = judge(reminder.due_at, started, max_lateness_s=self._max_lateness_s)
         outcome = ReminderStatus.MISSED if verdict.punctuality is Punctuality.MISSED else ReminderStatus.FIRED
-        claimed = await self._store.claim_reminder(reminder_id, due_at=reminder.due_at, outcome=outcome, at=started)
+        owed = _owed(reminder, verdict)
+        claimed = await self._store.claim_reminder(
+            reminder_id, due_at=reminder.due_at, outcome=outcome, at=started, owed=owed
+        )
         if claimed is None:
             return await self._lost(reminder_id, started)
-        return Claim(FireReport(reminder_id, started, reminder.due_at, verdict), reminder)
+        return Claim(FireReport(reminder_id, started, reminder.due_at, verdict), claimed, owed)
 
-    def deliver(self, claim: Claim) -> None:
-        """Hand a won claim over: a reminder to the edge, a wait to the engine, a miss as a notice."""
+    def deliver(self, claim: Claim) -> ReminderPost | None:
+        """Hand a won claim over: a wait to the engine, a miss as a notice; a reminder comes back as the
+        post the caller must deliver (and see confirmed)."""
         reminder, report = claim.reminder, claim.report
         if reminder is None or report.verdict is None or report.due_at is None:
-            return
+            return None
         key = reminder.session_key
-        if report.verdict.punctuality is Punctuality.MISSED:
+        post = None
+        if claim.owed is None:
             self._output.notice(key, self._missed_text(reminder, report.due_at, report.verdict, report.next_due_at))
         elif reminder.kind is ReminderKind.WAKE:
-            if self._waker.submit(key, wake_note(reminder.text) + report.verdict.marker) is Delivery.REFUSED:
-                log.error("wait %d of %s came due while the engine was shutting down", reminder.id, key)
+            if self._waker.submit(key, claim.owed, inbox_id=reminder.inbox_id) is Delivery.REFUSED:
+                log.warning("wait %d of %s came due during a shutdown; the next start delivers it", reminder.id, key)
         else:
-            self._output.reminder(key, reminder.text + report.verdict.marker, reminder.requester)
+            post = ReminderPost(reminder.id, report.due_at, key, claim.owed, reminder.requester, utcnow())
         if claim.farewell is not None:
             self._output.notice(key, claim.farewell)
+        return post
 
     async def _claim_cron(self, reminder: Reminder, started: datetime) -> Claim:
         assert reminder.cron is not None
@@ -132,24 +144,28 @@ class Firer:
         if following is None:
             return await self._end_cron(reminder, started, due, f"{schedule.expr!r} has no later run")
         fired_at = started if verdict.punctuality is not Punctuality.MISSED else None
+        owed = _owed(reminder, verdict)
         advanced = await self._store.advance_reminder(
-            reminder.id, due_at=reminder.due_at, next_due_at=following, fired_at=fired_at
+            reminder.id, due_at=reminder.due_at, next_due_at=following, fired_at=fired_at, owed=owed, run=due
         )
         if advanced is None:
             return await self._lost(reminder.id, started)
-        return Claim(FireReport(reminder.id, started, due, verdict, next_due_at=following), reminder)
+        return Claim(FireReport(reminder.id, started, due, verdict, next_due_at=following), advanced, owed)
 
     async def _end_cron(self, reminder: Reminder, started: datetime, due: datetime, why: str) -> Claim:
         """This run of a cron row is its last: it is delivered (or reported missed) like any other, the row
         ends, and the thread and the log say why, so a repeating reminder never just falls silent."""
         verdict = judge(due, started, max_lateness_s=self._max_lateness_s)
         outcome = ReminderStatus.MISSED if verdict.punctuality is Punctuality.MISSED else ReminderStatus.FIRED
-        ended = await self._store.end_cron_reminder(reminder.id, due_at=reminder.due_at, outcome=outcome, at=started)
+        owed = _owed(reminder, verdict)
+        ended = await self._store.end_cron_reminder(
+            reminder.id, due_at=reminder.due_at, outcome=outcome, at=started, owed=owed, run=due
+        )
         if ended is None:
             return await self._lost(reminder.id, started)
         log.warning("cron reminder %d of %s ends: %s", reminder.id, reminder.session_key, why)
         farewell = f"⏰ This repeating reminder stops here, {why}: {reminder.text}"
-        return Claim(FireReport(reminder.id, started, due, verdict), reminder, farewell)
+        return Claim(FireReport(reminder.id, started, due, verdict), ended, owed, farewell)
 
     async def _lost(self, reminder_id: int, started: datetime) -> Claim:
         """Another firing (or a cancel) changed the row first; say when it is due now, if still pending."""
@@ -165,3 +181,11 @@ class Firer:
         if following is not None:
             text += f" — it repeats; next: {local_text(following, zone)}"
         return text
+
+
+def _owed(reminder: Reminder, verdict: Verdict) -> str | None:
+    """What a firing with this verdict delivers; None when it is missed (a notice says so instead)."""
+    if verdict.punctuality is Punctuality.MISSED:
+        return None
+    text = wake_note(reminder.text) if reminder.kind is ReminderKind.WAKE else reminder.text
+    return text + verdict.marker

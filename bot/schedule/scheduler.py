@@ -17,8 +17,9 @@ Job defaults, on purpose:
 
 Job bodies are wrapped: an exception is logged with the job id and goes no
 further, so one bad job never stops the others. Deliveries are shielded from
-cancellation, and `stop` waits for them, so a claimed reminder is never left
-undelivered by a shutdown.
+cancellation, and `stop` waits for them. A reminder's post is owed from its
+claim until the edge confirms it (posting.py): retried while the process runs,
+and picked up again by the next `start` if it stops first.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from bot.calls.models import utcnow
 from bot.schedule.firing import Clock, Firer, FireReport, Waker
+from bot.schedule.posting import ReminderPoster
 from bot.store import NewReminder, Reminder, ReminderKind, Store
 from bot.types import EngineOutput, SessionFilter
 
@@ -46,6 +48,7 @@ log = logging.getLogger(__name__)
 
 JOB_DEFAULTS: dict[str, Any] = {"misfire_grace_time": None, "coalesce": True, "max_instances": 1}
 STOP_GRACE_S = 5.0
+REMINDER_RETRY_S = 3600.0
 
 FireListener = Callable[[FireReport], None]
 Tick = Callable[[], Awaitable[object]]
@@ -69,6 +72,7 @@ class Scheduler:
         max_lateness_s: float,
         clock: Clock = utcnow,
         owns: SessionFilter | None = None,
+        reminder_retry_s: float = REMINDER_RETRY_S,
     ) -> None:
         self._store = store
         self._clock = clock
@@ -76,6 +80,7 @@ class Scheduler:
         self._firer = Firer(
             store=store, waker=waker, output=output, zone=zone, max_lateness_s=max_lateness_s, clock=clock
         )
+        self._poster = ReminderPoster(store=store, edge=output, retry_window_s=reminder_retry_s)
         self._aps = AsyncIOScheduler(timezone=UTC, job_defaults=JOB_DEFAULTS)
         self._aps.add_listener(self._on_skipped, EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES)
         self._listeners: list[FireListener] = []
@@ -88,14 +93,16 @@ class Scheduler:
     async def start(self) -> int:
         """Add a job for every pending row, then start keeping time; returns how many rows."""
         pending = [
-            reminder
-            for reminder in await self._store.pending_reminders()
-            if self._owns is None or self._owns(reminder.session_key)
+            reminder for reminder in await self._store.pending_reminders() if self._owns_key(reminder.session_key)
         ]
         for reminder in pending:
             self._schedule(reminder.id, reminder.due_at)
+        owed = [post for post in await self._store.owed_reminder_posts() if self._owns_key(post.session_key)]
+        self._poster.resume(owed)
         self._aps.start()
-        log.info("scheduler started with %d pending waits and reminders", len(pending))
+        log.info(
+            "scheduler started with %d pending waits and reminders, %d reminder posts owed", len(pending), len(owed)
+        )
         return len(pending)
 
     async def stop(self, grace_s: float = STOP_GRACE_S) -> None:
@@ -111,6 +118,7 @@ class Scheduler:
         running = self._deliveries | self._ticks
         if running:
             await asyncio.wait(running, timeout=grace_s)
+        await self._poster.stop()
         self._aps.shutdown(wait=False)
         await asyncio.sleep(0)  # AsyncIOScheduler.shutdown runs on the loop's next turn
 
@@ -159,7 +167,9 @@ class Scheduler:
         else:
             self._unschedule(f"reminder:{reminder_id}")
         try:
-            self._firer.deliver(claim)  # no await since the claim: a shutdown cannot come between them
+            post = self._firer.deliver(claim)  # no await since the claim: a shutdown cannot come between them
+            if post is not None:
+                await self._poster.deliver(post)
         finally:
             for listener in self._listeners:
                 try:
@@ -167,6 +177,11 @@ class Scheduler:
                 except Exception:
                     log.exception("fire listener failed for reminder %d", reminder_id)
         return report
+
+    @property
+    def posts_retrying(self) -> int:
+        """Reminder posts not confirmed yet and waiting for their next attempt."""
+        return self._poster.retrying
 
     def subscribe(self, listener: FireListener) -> None:
         """Be told of every firing (after the store was updated and the edge was handed the message)."""
@@ -200,6 +215,9 @@ class Scheduler:
             name=f"reminder:{reminder_id}",
             replace_existing=True,
         )
+
+    def _owns_key(self, session_key: str) -> bool:
+        return self._owns is None or self._owns(session_key)
 
     def _unschedule(self, job_id: str) -> None:
         with contextlib.suppress(JobLookupError):

@@ -46,12 +46,14 @@ def build_scheduler(
         max_lateness_s=settings.bot_max_lateness_s,
         clock=clock or utcnow,
         owns=owns,
+        reminder_retry_s=settings.bot_reminder_retry_s,
     )
     now = clock or utcnow
 
     async def prune_seen_events() -> int:
-        """Slack redelivers an event for minutes at most; a week of dedup keys is plenty."""
-        return await store.prune_events(now() - SEEN_EVENTS_KEEP)
+        """Slack redelivers an event for minutes at most; a week of dedup keys is plenty.
+        Answered inbox rows go too: their text is in the conversation, nothing is owed."""
+        return await store.prune_events(now() - SEEN_EVENTS_KEEP) + await store.prune_inbox(now() - SEEN_EVENTS_KEEP)
 
     scheduler.every(PRUNE_JOB_ID, PRUNE_INTERVAL_S, prune_seen_events)
     zones = Zones(settings.zone, user_timezone)

@@ -86,18 +86,23 @@ async def _run(
         await edits.start()
         stack.push_async_callback(edits.close, EDITS_FLUSH_S)
         edge = SlackEdge(client, edits, team_id=me.team_id, metrics=metrics)
+
+        def owns(key: str) -> bool:
+            return key.startswith((SESSION_PREFIX, HEARTBEAT_SESSION_PREFIX))
+
         core = await stack.enter_async_context(
             open_core(
                 settings,
                 edge,
                 user_timezone=edge.user_timezone,
-                owns=lambda key: key.startswith((SESSION_PREFIX, HEARTBEAT_SESSION_PREFIX)),
+                owns=owns,
                 # Posts the shutdown itself queued (cancelled calls) still record where they went.
                 before_store_closes=lambda: edge.close(EDGE_DRAIN_S),
             )
         )
         edge.attach(core.store)
         await edge.repaint(core.orphans)
+        await core.engine.resume(owns)  # before new events: what was acked before the restart goes first
         ingress = _ingress(settings, client, core, edge, me, metrics)
         stack.push_async_callback(ingress.close, INGRESS_GRACE_S)
         _gauges(metrics, core, edge, edits, ingress)

@@ -5,7 +5,9 @@ handled one after another (a per-thread lock), so two quick replies reach the
 engine in the order they were written. Deduplication is recorded in the store
 before anything is dispatched: by `event_id` (Slack's redeliveries) and by
 (channel, ts) (the `message` + `app_mention` twins of one mention), so neither can
-start a second turn, not even across a restart.
+start a second turn, not even across a restart. The claim that records those keys
+also writes the message to the inbox, in the same transaction: from then on it is
+owed an answer, even if the process dies before the model sees it.
 
 Every message handed to the engine records its author as the session's `speaker`
 before the engine sees it: in a shared thread the person asking now is not always
@@ -71,24 +73,24 @@ class MessageRouter:
         if not addressed(incoming, in_session=session_key is not None, mention_only_channels=mention_only):
             self._metrics.inc("events_ignored_total")  # chatter not meant for the bot: no turn, no injection, no 👀
             return
-        if not await self._claim(incoming, event_id):
-            self._metrics.inc("events_duplicate_total")
-            return
+        keys = [f"event:{event_id}"] if event_id else []
+        keys.append(f"msg:{incoming.channel}:{incoming.ts}")
         settings = self._settings
         users, channels = settings.bot_allowed_users, settings.bot_allowed_channels
-        if not allowed(incoming.user, incoming.channel, users=users, channels=channels):
-            self._metrics.inc("events_denied_total")
-            await self._deny(incoming)
+        refused = not allowed(incoming.user, incoming.channel, users=users, channels=channels)
+        if refused or (session_key is not None and incoming.is_stop):
+            if not await self._store.claim_event(*keys):
+                self._metrics.inc("events_duplicate_total")
+            elif refused:
+                self._metrics.inc("events_denied_total")
+                await self._deny(incoming)
+            else:
+                assert session_key is not None
+                await self._stop(session_key, incoming)
             return
-        if session_key is not None and incoming.is_stop:
-            await self._stop(session_key, incoming)
-            return
-        text = incoming.prompt()
-        if session_key is not None:
-            await self._store.update_address(session_key, {"speaker": incoming.user})
-            self._edge.remember_speaker(session_key, incoming.user)
-        else:
-            session_key = await self._open_session(incoming)
+        text, address = incoming.prompt(), {"speaker": incoming.user}
+        if session_key is None:
+            address = self._new_address(incoming)
             if incoming.in_thread:
                 context = await thread_context(
                     self._client,
@@ -100,14 +102,20 @@ class MessageRouter:
                 text = with_context(context, text)
         if not text.strip():
             text = "(the user mentioned you without saying anything else)"
-        await self._deliver(session_key, incoming, text)
+        # The ack is a promise: the message is in the store, owed an answer, before the engine sees it.
+        item = await self._store.claim_message(keys, session_key or incoming.key, text, address=address)
+        if item is None:
+            self._metrics.inc("events_duplicate_total")
+            return
+        if session_key is None:
+            self._edge.remember_address(item.session_key, address)
+        else:
+            self._edge.remember_speaker(item.session_key, incoming.user)
+        await self._deliver(item.session_key, incoming, text, item.id)
 
-    async def _claim(self, incoming: Incoming, event_id: str) -> bool:
-        keys = [f"event:{event_id}"] if event_id else []
-        return await self._store.claim_event(*keys, f"msg:{incoming.channel}:{incoming.ts}")
-
-    async def _open_session(self, incoming: Incoming) -> str:
-        address = {
+    @staticmethod
+    def _new_address(incoming: Incoming) -> dict[str, Any]:
+        return {
             "edge": "slack",
             "team": incoming.team,
             "channel": incoming.channel,
@@ -115,12 +123,9 @@ class MessageRouter:
             "requester": incoming.user,
             "speaker": incoming.user,
         }
-        record = await self._store.ensure_session(incoming.key, address)
-        self._edge.remember_address(record.key, record.address)
-        return record.key
 
-    async def _deliver(self, session_key: str, incoming: Incoming, text: str) -> None:
-        delivery = self._engine.submit(session_key, text, requester=incoming.user)
+    async def _deliver(self, session_key: str, incoming: Incoming, text: str, inbox_id: int) -> None:
+        delivery = self._engine.submit(session_key, text, inbox_id=inbox_id, requester=incoming.user)
         if delivery is Delivery.STARTED:
             self._metrics.inc("turns_started_total")
             self._edge.note_request(session_key, incoming.channel, incoming.ts, incoming.user)
@@ -128,7 +133,8 @@ class MessageRouter:
             self._metrics.inc("injections_total")
             await self._react(incoming.channel, incoming.ts, INJECTION_REACTION)
         else:
-            self._edge.notice(session_key, "I'm restarting and can't take this message; please send it again shortly.")
+            # Stored and owed: the next start resumes it, so the thread is told to wait, not to resend.
+            self._edge.notice(session_key, "I'm restarting; I'll answer this as soon as I'm back.")
 
     async def _stop(self, session_key: str, incoming: Incoming) -> None:
         """`stop` / `cancel` as the whole reply: cancel the turn and every call, bypassing the queue."""

@@ -13,6 +13,7 @@ until it has something to say, in `QuietHold`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -25,12 +26,13 @@ from bot.slack.edits import EditScheduler
 from bot.slack.metrics import Metrics
 from bot.slack.queues import Operation, SerialQueues
 from bot.slack.quiet import QuietHold
+from bot.slack.reminder_post import post_reminder
 from bot.slack.render import Block, reminder_text, status_message, who
 from bot.slack.reply import FIRST_POST_WAIT_S, ReplyStream
 from bot.slack.sessions import Sessions
 from bot.slack.status import StatusBoard, StatusMessage
 from bot.store import Store
-from bot.types import TurnOutcome
+from bot.types import ReminderOutcome, ReminderPost, TurnOutcome
 
 log = logging.getLogger(__name__)
 
@@ -91,16 +93,47 @@ class SlackEdge:
     def notice(self, session_key: str, text: str) -> None:
         self._put(session_key, lambda: self._post_line(session_key, text))
 
-    def reminder(self, session_key: str, text: str, requester: str | None = None) -> None:
+    async def reminder(self, post: ReminderPost) -> ReminderOutcome:
         """Mentions whoever asked for it (else the session's latest speaker, for rows stored without one).
 
-        Not held with a quiet turn: a reminder is due now, whatever that turn ends up saying.
+        Queued behind the session's other posts, but not held with a quiet turn: a reminder is due
+        now, whatever that turn ends up saying. Marked so that a retry never posts it twice
+        (bot/slack/reminder_post.py).
         """
+        key = post.session_key
+        landed: asyncio.Future[ReminderOutcome] = asyncio.get_running_loop().create_future()
 
-        async def post() -> None:
-            await self.post(session_key, reminder_text(text, requester or await self._sessions.asker(session_key)))
+        async def deliver() -> ReminderOutcome:
+            address = await self._sessions.address(key)
+            if address is None:
+                log.warning("no Slack address for session %s; reminder %d cannot be posted", key, post.reminder_id)
+                return ReminderOutcome.UNDELIVERABLE
+            text = reminder_text(post.text, post.requester or await self._sessions.asker(key))
+            outcome, ts = await post_reminder(
+                self._client, channel=address.channel, thread_ts=address.thread_ts, text=text, post=post
+            )
+            if outcome is not ReminderOutcome.POSTED:
+                self._metrics.inc("slack_errors_total")
+            if ts is not None:
+                self._metrics.inc("slack_posts_total")
+                address.thinking = False  # Slack clears the status when the bot posts
+                if address.thread_ts is None:
+                    await self._sessions.open_thread(key, address, ts)
+            return outcome
 
-        self._put(session_key, post, holdable=False)
+        async def settle() -> None:
+            if landed.done():
+                return  # the scheduler stopped waiting: the post is still owed, and retried later
+            try:
+                landed.set_result(await deliver())
+            except asyncio.CancelledError:
+                landed.cancel()
+                raise
+            except Exception as exc:
+                landed.set_exception(exc)
+
+        self._put(key, settle, holdable=False)
+        return await landed
 
     def turn_finished(self, outcome: TurnOutcome) -> None:
         key = outcome.session_key

@@ -1,7 +1,19 @@
 """Persistence: the SQLite store behind an intent-level interface (no SQL outside this package)."""
 
+from bot.store.inbox import InboxItem
 from bot.store.processes import ProcessGroupRecord
+from bot.store.reminder_posts import PostState
 from bot.store.reminders import NewReminder, Reminder, ReminderKind, ReminderStatus
 from bot.store.store import SessionRecord, Store
 
-__all__ = ["NewReminder", "ProcessGroupRecord", "Reminder", "ReminderKind", "ReminderStatus", "SessionRecord", "Store"]
+__all__ = [
+    "InboxItem",
+    "NewReminder",
+    "PostState",
+    "ProcessGroupRecord",
+    "Reminder",
+    "ReminderKind",
+    "ReminderStatus",
+    "SessionRecord",
+    "Store",
+]

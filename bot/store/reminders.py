@@ -4,7 +4,10 @@ A row is `pending` until it is claimed. Claiming is a compare-and-set on
 `(id, status='pending', due_at)`, done BEFORE the reminder is delivered: of two
 firings of the same due time (a duplicate job, a second process on the same
 file, a fire racing a cancel) exactly one wins, and a clean restart never
-delivers a claimed one again. A one-shot row then ends `fired` or `missed` (or
+delivers a claimed one again. What the claim owes is written in the same
+transaction: a reminder's post (bot/store/reminder_posts.py), a wait's note for
+its session (the inbox, bot/store/inbox.py), so a crash right after the claim
+loses neither. A one-shot row then ends `fired` or `missed` (or
 `cancelled`) and never changes again; a cron row stays `pending` and its
 `due_at` moves to the next run.
 
@@ -16,7 +19,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -24,6 +27,8 @@ from typing import TYPE_CHECKING
 import aiosqlite
 
 from bot.calls.models import utcnow
+from bot.store.inbox import insert_inbox
+from bot.store.reminder_posts import insert_post
 from bot.store.schema import fetch, ts, ts_or_none
 
 _COLUMNS = "id, session_key, kind, text, requester, due_at, cron, zone, status, fired_at, created_at"
@@ -69,6 +74,8 @@ class Reminder:
     status: ReminderStatus
     fired_at: datetime | None
     created_at: datetime
+    inbox_id: int | None = None
+    """Set on a wait just claimed with a note: the inbox row that holds the note for its session."""
 
     @property
     def job_id(self) -> str:
@@ -90,6 +97,16 @@ def _reminder(row: sqlite3.Row) -> Reminder:
         fired_at=datetime.fromisoformat(fired_at) if fired_at else None,
         created_at=datetime.fromisoformat(row["created_at"]),
     )
+
+
+async def _owe(db: aiosqlite.Connection, reminder: Reminder, run: datetime, owed: str | None) -> Reminder:
+    """Inside a claim: write what it promises (a reminder's post, a wait's note for its session)."""
+    if owed is None:
+        return reminder
+    if reminder.kind is ReminderKind.WAKE:
+        return replace(reminder, inbox_id=await insert_inbox(db, reminder.session_key, owed))
+    await insert_post(db, reminder.id, run, owed)
+    return reminder
 
 
 class ReminderQueries:
@@ -138,9 +155,19 @@ class ReminderQueries:
         return [_reminder(row) for row in rows]
 
     async def claim_reminder(
-        self, reminder_id: int, *, due_at: datetime, outcome: ReminderStatus, at: datetime | None = None
+        self,
+        reminder_id: int,
+        *,
+        due_at: datetime,
+        outcome: ReminderStatus,
+        at: datetime | None = None,
+        owed: str | None = None,
     ) -> Reminder | None:
-        """End a pending one-shot due at `due_at` as `fired` or `missed`; None if someone else got there first."""
+        """End a pending one-shot due at `due_at` as `fired` or `missed`; None if someone else got there first.
+
+        `owed` is what the claim promises, written with it: a reminder's post, or a wait's note (the
+        returned row then carries its `inbox_id`).
+        """
         if outcome not in (ReminderStatus.FIRED, ReminderStatus.MISSED):
             raise ValueError(f"a claim ends a reminder as fired or missed, not {outcome}")
         fired_at = ts_or_none(at or utcnow()) if outcome is ReminderStatus.FIRED else None
@@ -150,14 +177,22 @@ class ReminderQueries:
         )
         async with self._write() as db:
             rows = await fetch(db, sql, outcome.value, fired_at, reminder_id, ts(due_at))
-        return _reminder(rows[0]) if rows else None
+            return await _owe(db, _reminder(rows[0]), due_at, owed) if rows else None
 
     async def advance_reminder(
-        self, reminder_id: int, *, due_at: datetime, next_due_at: datetime, fired_at: datetime | None
+        self,
+        reminder_id: int,
+        *,
+        due_at: datetime,
+        next_due_at: datetime,
+        fired_at: datetime | None,
+        owed: str | None = None,
+        run: datetime | None = None,
     ) -> Reminder | None:
         """Move a pending cron row from `due_at` to its next run; None if someone else already moved it.
 
         `fired_at` is recorded when this run is delivered, left as it was when it was missed.
+        `owed` is as for `claim_reminder`, for the run `run` (the one delivered; default `due_at`).
         """
         sql = (
             "UPDATE reminders SET due_at = ?, fired_at = COALESCE(?, fired_at) "
@@ -165,14 +200,22 @@ class ReminderQueries:
         )
         async with self._write() as db:
             rows = await fetch(db, sql, ts(next_due_at), ts_or_none(fired_at), reminder_id, ts(due_at))
-        return _reminder(rows[0]) if rows else None
+            return await _owe(db, _reminder(rows[0]), run or due_at, owed) if rows else None
 
     async def end_cron_reminder(
-        self, reminder_id: int, *, due_at: datetime, outcome: ReminderStatus, at: datetime
+        self,
+        reminder_id: int,
+        *,
+        due_at: datetime,
+        outcome: ReminderStatus,
+        at: datetime,
+        owed: str | None = None,
+        run: datetime | None = None,
     ) -> Reminder | None:
         """End a pending cron row due at `due_at` as `fired` or `missed`: its schedule has no run ahead.
 
-        None if someone else moved or ended it first (the same compare-and-set as a claim).
+        None if someone else moved or ended it first (the same compare-and-set as a claim);
+        `owed` and `run` are as for `advance_reminder`.
         """
         if outcome not in (ReminderStatus.FIRED, ReminderStatus.MISSED):
             raise ValueError(f"a cron row ends as fired or missed, not {outcome}")
@@ -183,7 +226,7 @@ class ReminderQueries:
         )
         async with self._write() as db:
             rows = await fetch(db, sql, outcome.value, fired_at, reminder_id, ts(due_at))
-        return _reminder(rows[0]) if rows else None
+            return await _owe(db, _reminder(rows[0]), run or due_at, owed) if rows else None
 
     async def cancel_reminder(self, reminder_id: int, *, session_key: str) -> Reminder | None:
         """Cancel a pending reminder of this session; None if there is none (another session's counts as none)."""

@@ -148,7 +148,36 @@ CREATE TABLE messages_archive (
 CREATE INDEX messages_archive_by_session ON messages_archive(session_key, created_at);
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6]
+# The inbox (bot/store/inbox.py): each acknowledged message until a turn has answered it.
+_V7 = """
+CREATE TABLE inbox (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_key  TEXT NOT NULL REFERENCES sessions(key) ON DELETE CASCADE,
+    text         TEXT NOT NULL,
+    claimed_at   TEXT NOT NULL,
+    turn_id      TEXT,
+    resumes      INTEGER NOT NULL DEFAULT 0,
+    answered_at  TEXT
+);
+CREATE INDEX inbox_open ON inbox(answered_at, session_key);
+"""
+
+# Reminder posts owed to threads (bot/store/reminder_posts.py): claimed runs until Slack confirms them.
+_V8 = """
+CREATE TABLE reminder_posts (
+    reminder_id  INTEGER NOT NULL REFERENCES reminders(id) ON DELETE CASCADE,
+    due_at       TEXT NOT NULL,
+    text         TEXT NOT NULL,
+    claimed_at   TEXT NOT NULL,
+    attempts     INTEGER NOT NULL DEFAULT 0,
+    state        TEXT NOT NULL DEFAULT 'owed' CHECK (state IN ('owed', 'posted', 'abandoned')),
+    settled_at   TEXT,
+    PRIMARY KEY (reminder_id, due_at)
+);
+CREATE INDEX reminder_posts_by_state ON reminder_posts(state, claimed_at);
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8]
 
 # The tool_calls columns, named as `ToolCall.to_record()` names its keys.
 CALL_COLUMNS = (

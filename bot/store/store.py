@@ -28,7 +28,9 @@ import aiosqlite
 from bot.calls.models import utcnow
 from bot.errors import StoreError
 from bot.store.calls import CallQueries
+from bot.store.inbox import InboxQueries, mark_answered, mark_stored
 from bot.store.processes import ProcessQueries
+from bot.store.reminder_posts import ReminderPostQueries
 from bot.store.reminders import ReminderQueries
 from bot.store.schema import dumps, fetch, migrate, ts
 from bot.store.usage import UsageQueries
@@ -55,9 +57,9 @@ def _session(row: sqlite3.Row) -> SessionRecord:
     )
 
 
-class Store(CallQueries, ProcessQueries, ReminderQueries, UsageQueries):
-    """Sessions, their messages and seen events; tool calls, their processes, reminders and token usage
-    come from mixins."""
+class Store(CallQueries, ProcessQueries, ReminderQueries, ReminderPostQueries, InboxQueries, UsageQueries):
+    """Sessions, their messages and seen events; tool calls and their processes, reminders and their posts,
+    the inbox and token usage come from mixins."""
 
     def __init__(self, db: aiosqlite.Connection, path: Path) -> None:
         self._db = db
@@ -240,9 +242,21 @@ class Store(CallQueries, ProcessQueries, ReminderQueries, UsageQueries):
             rows = await fetch(db, sql, key, key)
         return [json.loads(row[0]) for row in rows]
 
-    async def append_messages(self, key: str, messages: Sequence[dict[str, Any]]) -> None:
-        """Append in order, all or nothing; KeyError if the session is unknown."""
-        if not messages:
+    async def append_messages(
+        self,
+        key: str,
+        messages: Sequence[dict[str, Any]],
+        *,
+        inbox_ids: Sequence[int] = (),
+        turn_id: str | None = None,
+        answered: bool = False,
+    ) -> None:
+        """Append in order, all or nothing; KeyError if the session is unknown.
+
+        `inbox_ids` name the inbox rows whose text these messages carry: they are marked stored by
+        `turn_id` in the same transaction. `answered` closes the turn: the session's stored rows are answered.
+        """
+        if not messages and not inbox_ids and not answered:
             return
         now = ts(utcnow())
         bodies = [(str(message["role"]), dumps(message)) for message in messages]
@@ -254,3 +268,9 @@ class Store(CallQueries, ProcessQueries, ReminderQueries, UsageQueries):
                 "INSERT INTO messages (session_key, seq, role, body, created_at) VALUES (?, ?, ?, ?, ?)",
                 [(key, first + i, role, body, now) for i, (role, body) in enumerate(bodies)],
             )
+            if inbox_ids:
+                if turn_id is None:
+                    raise ValueError("inbox rows are stored by a turn: pass its turn_id")
+                await mark_stored(db, inbox_ids, turn_id)
+            if answered:
+                await mark_answered(db, key)

@@ -128,8 +128,11 @@ class StoredMessage:
         """The ts of the thread this message belongs to (its own ts for top-level messages)."""
         return self.thread_ts or self.ts
 
-    def to_api(self) -> JsonDict:
-        """The message object as Slack's API returns it (chat.postMessage ``message``, conversations.replies)."""
+    def to_api(self, *, metadata: bool = True) -> JsonDict:
+        """The message object as Slack's API returns it (chat.postMessage ``message``, conversations.replies).
+
+        ``metadata=False`` leaves out the message metadata, as conversations.history/replies do unless asked
+        with ``include_all_metadata``."""
         out: JsonDict = {"type": "message", "ts": self.ts, "user": self.user, "text": self.text, "team": TEAM_ID}
         if self.blocks is not None:
             out["blocks"] = self.blocks
@@ -141,7 +144,7 @@ class StoredMessage:
             out["edited"] = {"user": self.user, "ts": self.ts}
         if self.reactions:
             out["reactions"] = [{"name": n, "users": list(u), "count": len(u)} for n, u in self.reactions.items()]
-        for key in ("attachments", "metadata"):
+        for key in ("attachments", "metadata") if metadata else ("attachments",):
             if key in self.extra:
                 out[key] = self.extra[key]
         return out
@@ -396,6 +399,7 @@ class FakeSlack:
         self._limits: dict[str, _RateLimit] = {}
         self._latency: dict[str, float] = {}
         self._holds: dict[str, asyncio.Event] = {}
+        self._holds_after: dict[str, asyncio.Event] = {}
         self._response_urls: dict[str, tuple[str, str]] = {}
         self._changed = asyncio.Event()
         self._runner: web.AppRunner | None = None
@@ -435,7 +439,7 @@ class FakeSlack:
 
     async def stop(self) -> None:
         """Close every WebSocket (so clients see a CLOSE, not a hang), release held calls, stop the server."""
-        for event in self._holds.values():
+        for event in (*self._holds.values(), *self._holds_after.values()):
             event.set()
         await self.drop_connections(code=WSCloseCode.GOING_AWAY)
         if self._runner is not None:
@@ -579,9 +583,13 @@ class FakeSlack:
         """Delay every answer of ``method`` (0 to reset), e.g. to test the bot's timeouts or overlapping calls."""
         self._latency[method] = seconds
 
-    def hold(self, method: str) -> asyncio.Event:
-        """Block calls of ``method`` (before any side effect) until the returned event is set."""
-        event = self._holds[method] = asyncio.Event()
+    def hold(self, method: str, *, after: bool = False) -> asyncio.Event:
+        """Block calls of ``method`` (before any side effect) until the returned event is set.
+
+        ``after=True`` holds the answer instead: the call takes effect (a message is stored) but the client
+        hears nothing until the event is set — a client killed meanwhile never learns that it landed."""
+        event = asyncio.Event()
+        (self._holds_after if after else self._holds)[method] = event
         return event
 
     def _injected_failure(self, method: str) -> tuple[int, JsonDict, dict[str, str]] | None:
@@ -630,6 +638,8 @@ class FakeSlack:
             if call.method in self._holds:
                 await self._holds[call.method].wait()
             call.status, call.response, headers = self._respond(call.method, params, token)
+            if call.method in self._holds_after:
+                await self._holds_after[call.method].wait()
         finally:
             self.pending.remove(call)
         self.calls.append(call)
@@ -823,8 +833,8 @@ class FakeSlack:
             "response_metadata": {"next_cursor": str(start + limit) if more else ""},
         }
 
-    def _thread_json(self, root: StoredMessage, replies: list[StoredMessage]) -> JsonDict:
-        out = root.to_api()
+    def _thread_json(self, root: StoredMessage, replies: list[StoredMessage], *, metadata: bool) -> JsonDict:
+        out = root.to_api(metadata=metadata)
         if replies:
             out |= {
                 "thread_ts": root.ts,
@@ -843,16 +853,18 @@ class FakeSlack:
         if root is None:
             raise SlackError("thread_not_found")
         replies = [m for m in thread if m is not root]
+        metadata = _truthy(params.get("include_all_metadata", False))
         # The parent always comes first, whatever the oldest/latest window (as on real Slack).
-        shown = [m.to_api() | {"parent_user_id": root.user} for m in self._window(replies, params)]
-        items = [self._thread_json(root, replies), *shown]
+        shown = [m.to_api(metadata=metadata) | {"parent_user_id": root.user} for m in self._window(replies, params)]
+        items = [self._thread_json(root, replies, metadata=metadata), *shown]
         return self._page(items, params)
 
     def _conversations_history(self, params: JsonDict, token: str | None) -> JsonDict:
         channel = _require(params, "channel", "channel_not_found")
         top = [m for m in self.messages(channel) if m.thread_root == m.ts]
+        metadata = _truthy(params.get("include_all_metadata", False))
         items = [
-            self._thread_json(m, [r for r in self.messages(channel, m.ts) if r is not m])
+            self._thread_json(m, [r for r in self.messages(channel, m.ts) if r is not m], metadata=metadata)
             for m in reversed(self._window(top, params))
         ]
         return self._page(items, params)

@@ -1,0 +1,95 @@
+"""A reminder posted in its thread once, whatever Slack or a crash did to the attempts before.
+
+Every reminder post carries Slack message metadata (`event_type`
+`threadbot_reminder`, the run's reminder id and due time as its payload). A post
+marked `recheck` (a retry, or one a restart found owed) first reads the thread with
+`include_all_metadata` and counts as posted if a message with that mark is there:
+a 500 that Slack answered after it stored the message, or a kill between the post
+and its confirmation in the store, never makes it twice. The read walks the thread
+from its root, at most `MAX_PAGES` pages, so a thread longer than that is posted
+in without the check, as is a session that has no thread yet (a heartbeat's first post).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import aiohttp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.types import ReminderOutcome, ReminderPost
+
+log = logging.getLogger(__name__)
+
+EVENT_TYPE = "threadbot_reminder"
+PAGE_SIZE = 200
+MAX_PAGES = 10
+# Errors no retry can fix: the post is given up rather than retried until the deadline.
+PERMANENT_ERRORS = frozenset(
+    {
+        "channel_not_found",
+        "not_in_channel",
+        "is_archived",
+        "invalid_auth",
+        "account_inactive",
+        "token_revoked",
+        "missing_scope",
+        "restricted_action",
+        "msg_too_long",
+    }
+)
+
+
+def mark(post: ReminderPost) -> dict[str, Any]:
+    """The metadata that names this run of this reminder."""
+    return {"event_type": EVENT_TYPE, "event_payload": _payload(post)}
+
+
+def _payload(post: ReminderPost) -> dict[str, Any]:
+    return {"reminder_id": post.reminder_id, "due_at": post.due_at.isoformat()}
+
+
+async def already_posted(client: AsyncWebClient, *, channel: str, thread_ts: str, post: ReminderPost) -> bool:
+    """Whether the thread holds a message marked as this run (SlackApiError if it cannot be read)."""
+    wanted = _payload(post)
+    first = await client.conversations_replies(
+        channel=channel, ts=thread_ts, include_all_metadata=True, limit=PAGE_SIZE
+    )
+    pages = 0
+    async for page in first:  # slack_sdk follows `next_cursor` itself
+        for message in page.get("messages") or []:
+            metadata = message.get("metadata") or {}
+            if metadata.get("event_type") == EVENT_TYPE and metadata.get("event_payload") == wanted:
+                return True
+        pages += 1
+        if pages >= MAX_PAGES:
+            log.warning("thread %s/%s too long to check for reminder %d", channel, thread_ts, post.reminder_id)
+            break
+    return False
+
+
+async def post_reminder(
+    client: AsyncWebClient, *, channel: str, thread_ts: str | None, text: str, post: ReminderPost
+) -> tuple[ReminderOutcome, str | None]:
+    """Post (after the check, for a `recheck`); the outcome, and the new message's ts when one was posted."""
+    try:
+        if (
+            post.recheck
+            and thread_ts is not None
+            and await already_posted(client, channel=channel, thread_ts=thread_ts, post=post)
+        ):
+            log.info("reminder %d was already in %s/%s; not posting it again", post.reminder_id, channel, thread_ts)
+            return ReminderOutcome.POSTED, None
+        response = await client.chat_postMessage(
+            channel=channel, thread_ts=thread_ts, text=text, metadata=mark(post), unfurl_links=False, unfurl_media=False
+        )
+    except SlackApiError as exc:
+        error = str(exc.response.get("error"))
+        log.warning("reminder %d in %s not posted: %s", post.reminder_id, channel, error)
+        return (ReminderOutcome.UNDELIVERABLE if error in PERMANENT_ERRORS else ReminderOutcome.RETRY), None
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:  # still failing after the client's retries
+        log.warning("reminder %d in %s not posted: %r", post.reminder_id, channel, exc)
+        return ReminderOutcome.RETRY, None
+    return ReminderOutcome.POSTED, str(response["ts"])

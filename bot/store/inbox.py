@@ -1,0 +1,174 @@
+"""The inbox: every message the bot acknowledged, kept until a turn has answered it.
+
+A row is written when the message is claimed (for Slack, in the same transaction
+that records the event as seen), before any model call. It then moves through
+three states, each set in the transaction that makes it true:
+
+- pending: `turn_id` is NULL; the text lives only here (and in the engine's memory);
+- stored: a turn appended the text to the session's history (`append_messages`
+  sets `turn_id` with the messages), but that turn has not ended;
+- answered: the turn ended and the people in the thread got its answer, an error
+  or a cancel; `answered_at` is set.
+
+A process that dies leaves pending and stored rows behind; at the next start the
+engine resumes every session that has one (see `Engine.resume`).
+
+Mixed into `Store` so this SQL stays in the store package but out of `store.py`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import aiosqlite
+
+from bot.calls.models import utcnow
+from bot.store.schema import dumps, fetch, ts
+
+_COLUMNS = "id, session_key, text, claimed_at, turn_id, resumes"
+
+
+@dataclass(frozen=True, slots=True)
+class InboxItem:
+    """An acknowledged message not yet answered; `turn_id` is set once it is in the stored history."""
+
+    id: int
+    session_key: str
+    text: str
+    claimed_at: datetime
+    turn_id: str | None
+    resumes: int = 0
+    """How many starts have resumed it already (a message that kills the process must not do so forever)."""
+
+    @property
+    def pending(self) -> bool:
+        """Not in the stored history yet: a resumed turn must hand it to the model again."""
+        return self.turn_id is None
+
+
+def _item(row: sqlite3.Row) -> InboxItem:
+    return InboxItem(
+        id=int(row["id"]),
+        session_key=row["session_key"],
+        text=row["text"],
+        claimed_at=datetime.fromisoformat(row["claimed_at"]),
+        turn_id=row["turn_id"],
+        resumes=int(row["resumes"]),
+    )
+
+
+async def insert_inbox(db: aiosqlite.Connection, session_key: str, text: str) -> int:
+    """Add a pending row inside the caller's transaction; returns its id (for claims made elsewhere in the store)."""
+    sql = "INSERT INTO inbox (session_key, text, claimed_at) VALUES (?, ?, ?) RETURNING id"
+    rows = await fetch(db, sql, session_key, text, ts(utcnow()))
+    return int(rows[0][0])
+
+
+async def mark_stored(db: aiosqlite.Connection, inbox_ids: Sequence[int], turn_id: str) -> None:
+    """Inside the transaction that appends the messages holding these rows' text."""
+    await db.executemany(
+        "UPDATE inbox SET turn_id = ? WHERE id = ? AND turn_id IS NULL", [(turn_id, i) for i in inbox_ids]
+    )
+
+
+async def mark_answered(db: aiosqlite.Connection, session_key: str) -> int:
+    """Every stored row of the session, not only the closing turn's: a resumed turn also answers the
+    rows the turn it resumed had stored. A row still pending (it came after the last save) stays owed."""
+    cursor = await db.execute(
+        "UPDATE inbox SET answered_at = ? WHERE session_key = ? AND turn_id IS NOT NULL AND answered_at IS NULL",
+        (ts(utcnow()), session_key),
+    )
+    return cursor.rowcount
+
+
+class InboxQueries:
+    """The inbox half of `Store`'s interface."""
+
+    if TYPE_CHECKING:
+
+        def _read(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+
+        def _write(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+
+        @staticmethod
+        async def _require_session(db: aiosqlite.Connection, key: str) -> None: ...
+
+    async def claim_message(
+        self, keys: Sequence[str], session_key: str, text: str, *, address: dict[str, Any]
+    ) -> InboxItem | None:
+        """Record `keys` as seen and `text` as owed an answer, in one transaction; None if any key was seen.
+
+        The session is created with `address` if it does not exist yet, else `address` is merged into
+        its stored one (new keys win): who speaks now is saved with what they said.
+        """
+        now = ts(utcnow())
+        try:
+            async with self._write() as db:
+                for key in keys:
+                    sql = "INSERT OR IGNORE INTO seen_events (key, seen_at) VALUES (?, ?)"
+                    if (await db.execute(sql, (key, now))).rowcount == 0:
+                        raise _Seen  # rolls the whole claim back: the twin that got here first owns it
+                await db.execute(
+                    "INSERT INTO sessions (key, created_at, address) VALUES (?, ?, ?) "
+                    "ON CONFLICT(key) DO UPDATE SET address = json_patch(sessions.address, excluded.address)",
+                    (session_key, now, dumps(address)),
+                )
+                inbox_id = await insert_inbox(db, session_key, text)
+        except _Seen:
+            return None
+        return InboxItem(inbox_id, session_key, text, datetime.fromisoformat(now), None)
+
+    async def add_inbox(self, session_key: str, text: str) -> InboxItem:
+        """Owe an answer to `text` (an edge without event ids: the console); KeyError if the session is unknown."""
+        async with self._write() as db:
+            await self._require_session(db, session_key)
+            inbox_id = await insert_inbox(db, session_key, text)
+            rows = await fetch(db, f"SELECT {_COLUMNS} FROM inbox WHERE id = ?", inbox_id)
+        return _item(rows[0])
+
+    async def open_inbox(self) -> dict[str, list[InboxItem]]:
+        """Every row not answered yet, by session, oldest first: what a restart must resume."""
+        sql = f"SELECT {_COLUMNS} FROM inbox WHERE answered_at IS NULL ORDER BY id"
+        async with self._read() as db:
+            rows = await fetch(db, sql)
+        found: dict[str, list[InboxItem]] = {}
+        for row in rows:
+            item = _item(row)
+            found.setdefault(item.session_key, []).append(item)
+        return found
+
+    async def count_resume(self, session_key: str) -> None:
+        """A start is resuming the session's open rows: count it before the turn runs."""
+        async with self._write() as db:
+            await db.execute(
+                "UPDATE inbox SET resumes = resumes + 1 WHERE session_key = ? AND answered_at IS NULL", (session_key,)
+            )
+
+    async def give_up_inbox(self, session_key: str) -> int:
+        """Settle every open row of the session, pending ones too (the thread was told); returns how many."""
+        async with self._write() as db:
+            cursor = await db.execute(
+                "UPDATE inbox SET answered_at = ? WHERE session_key = ? AND answered_at IS NULL",
+                (ts(utcnow()), session_key),
+            )
+            return cursor.rowcount
+
+    async def prune_inbox(self, older_than: datetime) -> int:
+        """Forget rows answered before `older_than` (the conversation keeps their text); returns how many."""
+        async with self._write() as db:
+            cursor = await db.execute("DELETE FROM inbox WHERE answered_at < ?", (ts(older_than),))
+            return cursor.rowcount
+
+    async def answer_inbox(self, session_key: str) -> int:
+        """The session's stored rows are answered (their answer is in the history already); returns how many."""
+        async with self._write() as db:
+            return await mark_answered(db, session_key)
+
+
+class _Seen(Exception):
+    """A claim key was already recorded: the whole claim is rolled back."""
