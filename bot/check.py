@@ -5,12 +5,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Awaitable, Callable
 
-import aiohttp
-
 from bot.app import anthropic_provider
 from bot.config import Settings
 from bot.errors import ConfigError, ModelError, ThreadbotError
-from bot.slack.app import build_client, identify
+from bot.slack.app import build_client, identify, slack_http_session
 from bot.store import Store
 from bot.types import ModelRequest
 
@@ -25,7 +23,7 @@ async def check_database(settings: Settings) -> str:
 
 async def check_slack(settings: Settings) -> str:
     """The token, through the very client and `auth.test` that `run` starts with, so both agree on the URL."""
-    async with aiohttp.ClientSession() as session:
+    async with slack_http_session() as session:
         client = build_client(settings, session)  # ConfigError without a token
         if settings.slack_app_token is None and settings.slack_signing_secret is None:
             raise RuntimeError("HTTP mode needs SLACK_SIGNING_SECRET (or set SLACK_APP_TOKEN for Socket Mode)")

@@ -15,7 +15,6 @@ import contextlib
 import logging
 import signal
 
-import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_sdk.errors import SlackApiError
@@ -25,7 +24,7 @@ from bot.app import Core, open_core
 from bot.config import Settings
 from bot.errors import ConfigError, ThreadbotError
 from bot.schedule.heartbeat import HEARTBEAT_SESSION_PREFIX
-from bot.slack.app import Identity, Ingress, build_app, build_client, identify
+from bot.slack.app import Identity, Ingress, build_app, build_client, identify, slack_http_session
 from bot.slack.cancel import Canceller
 from bot.slack.edits import EditScheduler
 from bot.slack.events import MessageRouter
@@ -48,7 +47,7 @@ async def serve(settings: Settings, *, port: int) -> None:
         raise ConfigError("SLACK_BOT_TOKEN: required for run (the bot token, xoxb-…)")
     if app_token is None and settings.slack_signing_secret is None:
         raise ConfigError("SLACK_SIGNING_SECRET: required in HTTP mode (or set SLACK_APP_TOKEN for Socket Mode)")
-    async with aiohttp.ClientSession() as session:
+    async with slack_http_session() as session:
         client = build_client(settings, session)
         me = await identify(client)
         edits = EditScheduler(build_client(settings, session, retry_rate_limits=False))

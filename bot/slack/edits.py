@@ -5,17 +5,20 @@ in each renderer would still add up to 429s. Here each message keeps only its ne
 message are spaced, a token bucket keeps the whole process under the rate, a 429 pauses every edit until its
 ``Retry-After``, and a final state is retried until it lands or Slack says the message is gone.
 
-One call is in flight at a time, on purpose: the budget (about one a second) is far below what latency allows,
-and edits of one message can never overtake each other. The client given here should not have slack_sdk's
-``AsyncRateLimitErrorRetryHandler`` (the daemon's has not): that handler would sleep out a 429 inside the call,
-blocking the one worker blind, and only hand over the 429s it gave up on; here every 429 pauses every edit for
-its ``Retry-After``, drains the bucket, and the state that got it goes back in line with its priority.
+A few calls may be in flight at once, each for a different message and each bounded by ``call_timeout_s``: one
+call that Slack never answers then holds up only its own message (it is retried when its time is up), not every
+edit of the process. Edits of one message never overlap, so they cannot overtake each other. The client given
+here should not have slack_sdk's ``AsyncRateLimitErrorRetryHandler`` (the daemon's has not): that handler would
+sleep out a 429 inside the call, blind to the pause, and only hand over the 429s it gave up on; here every 429
+pauses every edit for its ``Retry-After``, drains the bucket, and the state that got it goes back in line with
+its priority.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import time
@@ -42,6 +45,10 @@ BACKOFF_BASE_S = 0.25
 BACKOFF_MAX_S = 30.0
 # How many finalised messages to remember, so a late progress update cannot overwrite a final one.
 FINAL_MEMORY = 4096
+MAX_IN_FLIGHT = 4
+"""Edits on the wire at once: enough that a stalled call does not stop the others, few enough to stay polite."""
+CALL_TIMEOUT_S = 10.0
+"""An edit Slack has not answered by then is given up for now and retried (an edit is safe to repeat)."""
 
 
 @dataclass
@@ -51,7 +58,8 @@ class EditStats:
     sent: int = 0  # chat.update calls that landed
     coalesced: int = 0  # unsent states replaced by a newer state of the same message
     rate_limited: int = 0  # 429s that reached us (all of them, with a client without the SDK's 429 retries)
-    retried: int = 0  # failed attempts queued again (429, 5xx, network, rejected finals)
+    retried: int = 0  # failed attempts queued again (429, 5xx, network, timeouts, rejected finals)
+    timed_out: int = 0  # calls Slack did not answer within call_timeout_s
     dropped_nonfinal: int = 0  # non-final states given up: rejected, after the message's final, or at close()
     gone: int = 0  # states given up because the message can no longer be edited (final or not)
 
@@ -106,11 +114,16 @@ class EditScheduler:
         per_minute: float = 50,
         burst: int = 10,
         min_interval_s: float = 1.0,
+        max_in_flight: int = MAX_IN_FLIGHT,
+        call_timeout_s: float = CALL_TIMEOUT_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.stats = EditStats()
         self._client = client
         self._min_interval_s = min_interval_s
+        self._max_in_flight = max_in_flight
+        self._call_timeout_s = call_timeout_s
+        self._in_flight: dict[Key, asyncio.Task[None]] = {}
         self._clock = clock
         self._bucket = TokenBucket(per_minute / 60.0, burst, clock())
         self._pending: dict[Key, _Edit] = {}
@@ -179,12 +192,16 @@ class EditScheduler:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        calls = list(self._in_flight.values())
+        for call in calls:
+            call.cancel()
+        await asyncio.gather(*calls, return_exceptions=True)
         if self._pending:
             log.warning("shutting down with %d final message edits undelivered", len(self._pending))
         self._idle.set()
 
     async def idle(self, timeout_s: float | None = None) -> None:
-        """Wait until nothing is pending or in flight; TimeoutError after ``timeout_s``."""
+        """Wait until nothing is pending or on the wire; TimeoutError after ``timeout_s``."""
         await asyncio.wait_for(self._idle.wait(), timeout_s)
 
     # ---- the worker ------------------------------------------------------------------------------------------
@@ -195,38 +212,54 @@ class EditScheduler:
         last = self._last_sent.get((edit.channel, edit.ts))
         return edit.not_before if last is None else max(edit.not_before, last + self._min_interval_s)
 
+    def _waiting(self) -> list[_Edit]:
+        """Pending states whose message has no call on the wire (a message's edits never overlap)."""
+        return [e for key, e in self._pending.items() if key not in self._in_flight]
+
     def _due_in(self, now: float) -> float | None:
-        """Seconds until the next edit may go (0: now); None when nothing is pending."""
-        if not self._pending:
+        """Seconds until the next edit may go (0: now); None when nothing can go before a call ends."""
+        waiting = self._waiting()
+        if not waiting or len(self._in_flight) >= self._max_in_flight:
             return None
-        soonest = min(self._ready_at(e) for e in self._pending.values())
+        soonest = min(self._ready_at(e) for e in waiting)
         return max(0.0, self._paused_until - now, self._bucket.wait_s(now), soonest - now)
 
     def _pick(self, now: float) -> _Edit:
         """Finals before progress, then the message that has waited longest (fairness across threads)."""
-        due = (e for e in self._pending.values() if self._ready_at(e) <= now)
+        due = (e for e in self._waiting() if self._ready_at(e) <= now)
         edit = min(due, key=lambda e: (not e.final, e.since))
         del self._pending[(edit.channel, edit.ts)]
         return edit
 
     async def _run(self) -> None:
-        """Sleep on the wake event or until the next edit is due; there is no polling tick."""
+        """Sleep on the wake event (a new state, a call ending) or until the next edit is due; no polling tick."""
         while True:
             self._wake.clear()
-            delay = self._due_in(self._clock())
+            now = self._clock()
+            delay = self._due_in(now)
             if delay is None:
-                self._idle.set()
+                if not self._pending and not self._in_flight:
+                    self._idle.set()
                 await self._wake.wait()
             elif delay > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), delay)
             else:
-                await self._send(self._pick(self._clock()))
+                edit = self._pick(now)
+                self._bucket.take(now)
+                key = (edit.channel, edit.ts)
+                call = asyncio.create_task(self._send(edit), name=f"slack-edit:{edit.channel}/{edit.ts}")
+                self._in_flight[key] = call
+                call.add_done_callback(functools.partial(self._landed, key))
+
+    def _landed(self, key: Key, _call: asyncio.Task[None]) -> None:
+        self._in_flight.pop(key, None)
+        self._wake.set()
 
     async def _send(self, edit: _Edit) -> None:
-        self._bucket.take(self._clock())
         try:
-            await self._client.chat_update(channel=edit.channel, ts=edit.ts, text=edit.text, blocks=edit.blocks)
+            async with asyncio.timeout(self._call_timeout_s):
+                await self._client.chat_update(channel=edit.channel, ts=edit.ts, text=edit.text, blocks=edit.blocks)
         except SlackApiError as exc:
             self._on_api_error(edit, exc)
         except asyncio.CancelledError:
@@ -236,10 +269,16 @@ class EditScheduler:
             else:
                 self.stats.dropped_nonfinal += 1
             raise
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        except TimeoutError:
+            self.stats.timed_out += 1
+            log.warning(
+                "chat.update %s/%s: no answer within %.0fs; retrying", edit.channel, edit.ts, self._call_timeout_s
+            )
+            self._requeue(edit, backoff=True)
+        except (aiohttp.ClientError, OSError) as exc:
             log.warning("chat.update %s/%s failed (%r); retrying", edit.channel, edit.ts, exc)
             self._requeue(edit, backoff=True)
-        except Exception:  # a bug or an SDK surprise must neither kill the only worker nor lose a final
+        except Exception:  # a bug or an SDK surprise must neither kill the worker nor lose a final
             log.exception("chat.update %s/%s raised unexpectedly; retrying", edit.channel, edit.ts)
             self._requeue(edit, backoff=True)
         else:

@@ -215,6 +215,12 @@ class _Failure:
 
 
 @dataclass
+class _Stall:
+    matches: Callable[[JsonDict], bool]
+    remaining: int | None  # None = until cleared
+
+
+@dataclass
 class _TokenBucket:
     """Classic token bucket: ``capacity`` calls at once, refilled at ``rate`` tokens per (real) second."""
 
@@ -395,6 +401,9 @@ class FakeSlack:
         self._limits: dict[str, _RateLimit] = {}
         self._latency: dict[str, float] = {}
         self._holds: dict[str, asyncio.Event] = {}
+        self._stalls: dict[str, list[_Stall]] = {}
+        self._stop = asyncio.Event()
+        self.stalled: list[ApiCall] = []  # calls accepted and never answered (see ``stall``)
         self._response_urls: dict[str, tuple[str, str]] = {}
         self._changed = asyncio.Event()
         self._runner: web.AppRunner | None = None
@@ -436,6 +445,7 @@ class FakeSlack:
         """Close every WebSocket (so clients see a CLOSE, not a hang), release held calls, stop the server."""
         for event in self._holds.values():
             event.set()
+        self._stop.set()
         await self.drop_connections(code=WSCloseCode.GOING_AWAY)
         if self._runner is not None:
             await self._runner.cleanup()
@@ -583,6 +593,27 @@ class FakeSlack:
         event = self._holds[method] = asyncio.Event()
         return event
 
+    def stall(
+        self, method: str, matching: Callable[[JsonDict], bool] = lambda params: True, times: int | None = 1
+    ) -> None:
+        """Accept the next ``times`` calls of ``method`` whose params match, and never answer them (``times=None``:
+        until ``clear_stalls``): the connection stays open and silent, as with a server that hangs. The client
+        sees nothing until its own timeout; such calls are listed in ``stalled`` and have no side effects."""
+        self._stalls.setdefault(method, []).append(_Stall(matching, times))
+
+    def clear_stalls(self) -> None:
+        self._stalls.clear()
+
+    def _stalls_call(self, method: str, params: JsonDict) -> bool:
+        for stall in self._stalls.get(method, []):
+            if stall.matches(params):
+                if stall.remaining is not None:
+                    stall.remaining -= 1
+                    if stall.remaining <= 0:
+                        self._stalls[method].remove(stall)
+                return True
+        return False
+
     def _injected_failure(self, method: str) -> tuple[int, JsonDict, dict[str, str]] | None:
         queue = self._failures.get(method)
         if not queue:
@@ -621,6 +652,11 @@ class FakeSlack:
         token = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else params.get("token")
         params.pop("token", None)
         call = ApiCall(request.match_info["method"], params, arrived, token=token, http_method=request.method)
+        if self._stalls_call(call.method, params):
+            self.stalled.append(call)
+            self._notify()
+            await self._stop.wait()  # cancelled when the client gives up and closes the connection
+            raise web.HTTPServiceUnavailable()
         self.pending.append(call)
         self._notify()
         try:
