@@ -262,3 +262,35 @@ async def test_after_a_crash_the_status_message_shows_its_calls_orphaned(rig: Ri
     await restarted.repaint(orphans)
     await rig.slack.wait_for(lambda: "👻" in status.text and "✅" in status.text, WAIT_S)
     assert not any("accessory" in block for block in status.blocks or []), "no Cancel button on a dead call"
+
+
+def _blank_payloads(rig: Rig) -> list[str]:
+    """Every post or edit the fake received with blank text or a block with blank text."""
+    bad = []
+    for call in rig.slack.calls_to("chat.postMessage") + rig.slack.calls_to("chat.update"):
+        blocks = call.params.get("blocks") or []
+        texts = [str(block.get("text") or "") for block in blocks if block.get("type") == "markdown"]
+        if not str(call.params.get("text") or "").strip() or not all(t.strip() for t in texts):
+            bad.append(f"{call.method} {call.params!r:.200}")
+    return bad
+
+
+async def test_no_post_or_edit_is_ever_empty(rig: Rig) -> None:
+    """The answer that once made `chat.update` send `text: ""` with an empty markdown block, streamed and whole."""
+    text = "intro " * 420 + "\n\n   \n" + "y" * 5000
+    for start in range(0, len(text), 700):
+        rig.edge.text_delta(KEY, text[start : start + 700])
+    rig.edge.text_done(KEY)
+    await rig.settle()
+    assert _blank_payloads(rig) == []
+    assert "".join(post.text for post in rig.posts()).replace(" ", "") == text.replace(" ", "").replace("\n", "")
+
+
+async def test_the_last_guard_refuses_empty_messages(rig: Rig) -> None:
+    assert await rig.edge.post(KEY, "  \n", [{"type": "markdown", "text": " "}]) is None
+    rig.edits.update("C1", rig.root, text="", blocks=[{"type": "markdown", "text": "\n"}], final=True)
+    where = await rig.edge.post(KEY, "", [{"type": "markdown", "text": "shown"}, {"type": "markdown", "text": ""}])
+    await rig.settle()
+    assert where is not None and rig.slack.calls_to("chat.update") == []
+    [call] = rig.slack.calls_to("chat.postMessage")
+    assert (call.params["text"], call.params["blocks"]) == ("shown", [{"type": "markdown", "text": "shown"}])

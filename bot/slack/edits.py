@@ -31,6 +31,8 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.slack.render import EmptyMessage, sendable
+
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # (channel, ts)
@@ -144,6 +146,11 @@ class EditScheduler:
         ``final=True`` is the message's last word: it is retried until it lands (or the message is gone), and
         later non-final states of that message are ignored, so a late progress tick cannot undo "done". A newer
         final still replaces it."""
+        try:
+            text, blocks = sendable(text, blocks)
+        except EmptyMessage:
+            log.error("not editing %s/%s into an empty message", channel, ts)
+            return
         key = (channel, ts)
         old = self._pending.get(key)
         if not final and (self._closing or key in self._finalized or (old is not None and old.final)):

@@ -25,7 +25,7 @@ from bot.slack.edits import EditScheduler
 from bot.slack.metrics import Metrics
 from bot.slack.queues import Operation, SerialQueues
 from bot.slack.quiet import QuietHold
-from bot.slack.render import Block, reminder_text, status_message, who
+from bot.slack.render import Block, EmptyMessage, reminder_text, sendable, status_message, who
 from bot.slack.reply import FIRST_POST_WAIT_S, ReplyStream
 from bot.slack.sessions import Sessions
 from bot.slack.status import StatusBoard, StatusMessage
@@ -120,6 +120,11 @@ class SlackEdge:
         address = await self._sessions.address(key)
         if address is None:
             log.warning("no Slack address for session %s; dropping a message", key)
+            return None
+        try:
+            text, blocks = sendable(text, blocks)
+        except EmptyMessage:
+            log.error("not posting an empty message in %s", key)
             return None
         try:
             response = await self._client.chat_postMessage(

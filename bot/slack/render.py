@@ -81,6 +81,37 @@ def status_message(calls: list[ToolCall], now: datetime | None = None) -> tuple[
     return "\n".join(lines)[:SECTION_MAX_CHARS], blocks
 
 
+class EmptyMessage(ValueError):
+    """A message with nothing to show: Slack refuses empty `text` and empty blocks, so it is never sent."""
+
+
+def sendable(text: str, blocks: list[Block] | None) -> tuple[str, list[Block] | None]:
+    """(text, blocks) as Slack accepts them: blank blocks left out, blank text replaced by the blocks' own.
+
+    The last guard before a post or an edit, whatever built the message; raises `EmptyMessage` when nothing is left.
+    """
+    kept = [block for block in blocks or [] if not _blank(block)]
+    if not text.strip():
+        text = next((shown for block in kept if (shown := _block_text(block)).strip()), "")
+    if not text.strip():
+        raise EmptyMessage("a message with no text and no blocks")
+    return text, (kept or None) if blocks is not None else None
+
+
+def _block_text(block: Block) -> str:
+    inner = block.get("text")
+    if isinstance(inner, dict):
+        inner = inner.get("text")
+    return inner if isinstance(inner, str) else ""
+
+
+def _blank(block: Block) -> bool:
+    """A text-carrying block (markdown, section without fields, header) whose text is blank."""
+    if block.get("type") not in {"markdown", "section", "header"} or block.get("fields"):
+        return False
+    return not _block_text(block).strip()
+
+
 def answer_message(chunk: str, *, streaming: bool = False) -> tuple[str, list[Block]]:
     """One message of the model's answer: the Markdown in a `markdown` block, and the raw text as fallback.
 

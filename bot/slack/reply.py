@@ -1,6 +1,6 @@
 """One streamed answer: posted on its first words, edited in place, split when it outgrows a message.
 
-The answer is a list of Slack messages ("parts"), one per chunk of `split_text`.
+The answer is a list of Slack messages ("parts"), one per non-blank chunk of `split_text`.
 Posting a part is I/O that must keep its order, so it runs as a queued operation
 of the session; editing a part that exists is handed to the `EditScheduler`, which
 spaces and coalesces edits, so text deltas can arrive as fast as the model streams.
@@ -11,7 +11,9 @@ the answer is done.
 The same stability makes the split cheap to keep: while the last chunk plus a delta
 still fits in a message, the split of the longer text is the old one with the delta
 appended to its last chunk, so the text is only split again when it crosses into a
-new part, not on every delta (which made a long answer quadratic).
+new part, not on every delta (which made a long answer quadratic). That holds for
+`split_chunks`, which keeps blank chunks (a blank last one may yet fill up); only
+the chunks with something in them become messages.
 
 The first post waits up to `first_post_wait_s` for the answer to finish: every
 `chat.update` spends a workspace-wide budget of about 50 a minute, and most answers
@@ -34,7 +36,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from bot.slack.render import Edit, Post, answer_message
-from bot.slack.split import MESSAGE_LIMIT, split_text
+from bot.slack.split import MESSAGE_LIMIT, split_chunks, visible
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +64,8 @@ class ReplyStream:
     text: str = ""
     done: bool = False
     parts: list[_Part] = field(default_factory=list)
-    _chunks: list[str] = field(default_factory=list)  # split_text(self.text), kept up to date by add()
+    _raw: list[str] = field(default_factory=list)  # split_chunks(self.text), kept up to date by add()
+    _chunks: list[str] = field(default_factory=list)  # the chunks of _raw that are not blank: one message each
     _spoken: bool = False  # anything but whitespace yet
     _finished: asyncio.Event = field(default_factory=asyncio.Event)
     _flush_queued: bool = False
@@ -71,10 +74,11 @@ class ReplyStream:
     def add(self, delta: str) -> None:
         self.text += delta
         self._spoken = self._spoken or bool(delta.strip())
-        if self._chunks and len(self._chunks[-1]) + len(delta) <= MESSAGE_LIMIT:
-            self._chunks[-1] += delta
+        if self._raw and len(self._raw[-1]) + len(delta) <= MESSAGE_LIMIT:
+            self._raw[-1] += delta
         else:
-            self._chunks = split_text(self.text)
+            self._raw = split_chunks(self.text)
+        self._chunks = visible(self._raw)
         self._sync()
 
     def finish(self) -> None:
