@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fakes.slack_api import FakeSlack, StoredMessage
@@ -294,3 +296,52 @@ async def test_the_last_guard_refuses_empty_messages(rig: Rig) -> None:
     assert where is not None and rig.slack.calls_to("chat.update") == []
     [call] = rig.slack.calls_to("chat.postMessage")
     assert (call.params["text"], call.params["blocks"]) == ("shown", [{"type": "markdown", "text": "shown"}])
+
+
+BROADCASTS = "<!channel> <!here|here> <!everyone> <!subteam^S0123|@oncall> @channel @here @everyone <@U999>"
+_LIVE_MENTION = re.compile(r"<[!@][^>]*>|@(?:channel|here|everyone)\b", re.IGNORECASE)
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for item in value.values() for s in _strings(item)]
+    if isinstance(value, list):
+        return [s for item in value for s in _strings(item)]
+    return []
+
+
+def _live_mentions(rig: Rig) -> list[str]:
+    """Every mention Slack would notify for, in the text and blocks of every post and edit the fake received."""
+    found = []
+    for call in rig.slack.calls_to("chat.postMessage") + rig.slack.calls_to("chat.update"):
+        for string in _strings(call.params.get("text")) + _strings(call.params.get("blocks")):
+            found += _LIVE_MENTION.findall(string)
+    return found
+
+
+async def test_mentions_in_model_text_tool_output_and_reminders_notify_nobody(rig: Rig) -> None:
+    rig.edge.turn_started(KEY)
+    rig.edge.text_delta(KEY, f"Answer: {BROADCASTS}")
+    rig.edge.text_done(KEY)
+    call = ToolCall("toolu_m", KEY, "t", "run_command", {"command": f"echo '{BROADCASTS}'"})
+    rig.edge.calls_started(KEY, [call])
+    await rig.slack.wait_for(lambda: len(rig.posts()) == 2, WAIT_S)
+    call.transition(CallStatus.RUNNING)
+    call.add_progress(ProgressKind.LOG, {"line": BROADCASTS})
+    rig.edge.call_changed(call)
+    await rig.slack.wait_for(lambda: "oncall" in rig.posts()[1].text, WAIT_S)
+    call.transition(CallStatus.FAILED)
+    call.error = f"exit 1: {BROADCASTS}"
+    rig.edge.call_changed(call)
+    rig.edge.notice(KEY, f"⚠️ Tool error: {BROADCASTS}")
+    rig.edge.reminder(KEY, f"stand-up {BROADCASTS}")
+    rig.edge.turn_finished(TurnOutcome(KEY, text="", cancelled_by="U1"))
+    await rig.settle()
+
+    assert _live_mentions(rig) == ["<@U1>", "<@U1>"], "only the reminder's asker and who stopped the turn"
+    reminder = next(post for post in rig.posts() if "⏰" in post.text)
+    assert reminder.text.startswith("<@U1> ⏰ stand-up")
+    assert "@\u2060oncall" in reminder.text and "@\u2060here" in rig.posts()[0].text  # still readable
+    assert all(c.params.get("parse") == "none" for c in rig.slack.calls_to("chat.postMessage"))

@@ -266,7 +266,9 @@ class EditScheduler:
     async def _send(self, edit: _Edit) -> None:
         try:
             async with asyncio.timeout(self._call_timeout_s):
-                await self._client.chat_update(channel=edit.channel, ts=edit.ts, text=edit.text, blocks=edit.blocks)
+                await self._client.chat_update(
+                    channel=edit.channel, ts=edit.ts, text=edit.text, blocks=edit.blocks, parse="none", link_names=False
+                )
         except SlackApiError as exc:
             self._on_api_error(edit, exc)
         except asyncio.CancelledError:

@@ -25,7 +25,7 @@ from bot.slack.edits import EditScheduler
 from bot.slack.metrics import Metrics
 from bot.slack.queues import Operation, SerialQueues
 from bot.slack.quiet import QuietHold
-from bot.slack.render import Block, EmptyMessage, reminder_text, sendable, status_message, who
+from bot.slack.render import Block, EmptyMessage, defuse, reminder_text, sendable, status_message, who
 from bot.slack.reply import FIRST_POST_WAIT_S, ReplyStream
 from bot.slack.sessions import Sessions
 from bot.slack.status import StatusBoard, StatusMessage
@@ -89,7 +89,8 @@ class SlackEdge:
         self.board.changed(call)
 
     def notice(self, session_key: str, text: str) -> None:
-        self._put(session_key, lambda: self._post_line(session_key, text))
+        """The engine's line may quote the model or a tool (an error message): its mentions are made inert."""
+        self._notice(session_key, defuse(text))
 
     def reminder(self, session_key: str, text: str, requester: str | None = None) -> None:
         """Mentions whoever asked for it (else the session's latest speaker, for rows stored without one).
@@ -106,7 +107,7 @@ class SlackEdge:
         key = outcome.session_key
         self.text_done(key)  # a turn cancelled mid-answer never said text_done: seal what was shown
         if outcome.cancelled_by:
-            self.notice(key, f"🛑 Stopped by {who(outcome.cancelled_by)}.")
+            self._notice(key, f"🛑 Stopped by {who(outcome.cancelled_by)}.")
         self._put(key, lambda: self._set_thinking(key, False))
         self._put(key, lambda: self._quiet.release(key, outcome.text), holdable=False)
 
@@ -134,6 +135,8 @@ class SlackEdge:
                 blocks=blocks,
                 unfurl_links=False,
                 unfurl_media=False,
+                parse="none",
+                link_names=False,
             )
         except SlackApiError as exc:
             self._metrics.inc("slack_errors_total")
@@ -217,6 +220,9 @@ class SlackEdge:
             # Remembered so that after a crash the calls it shows can be repainted as orphaned.
             place = f"{message.channel}:{message.ts}"
             await self._store.set_call_display([call.id for call in message.calls], place)
+
+    def _notice(self, key: str, text: str) -> None:
+        self._put(key, lambda: self._post_line(key, text))
 
     async def _post_line(self, key: str, text: str) -> None:
         await self.post(key, text)

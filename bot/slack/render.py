@@ -1,7 +1,9 @@
 """What the Slack edge shows, as pure functions: tool-call status lines, Block Kit, answer messages.
 
 How a call is worded is `bot.calls.summary`'s, shared with the console; this module
-only fits it to mrkdwn (mentions, escaping, code spans). Nothing here does I/O or
+only fits it to mrkdwn (mentions, escaping, code spans). Whatever the model, a tool or
+a reminder wrote goes through `defuse`: `<!here>`, `<!channel>`, `@everyone`, a user
+group or a user mention in it must not notify anyone. Nothing here does I/O or
 keeps state, so every message the bot can post is built (and unit-tested) from a
 value. Answers go out in Slack's `markdown` block, which renders the model's
 Markdown itself: no home-made Markdown→mrkdwn regexes.
@@ -33,11 +35,31 @@ MAX_CALL_BLOCKS = 49
 SECTION_MAX_CHARS = 3_000
 
 _USER_ID = re.compile(r"[UW][A-Z0-9]+")
+_JOINER = "\u2060"
+"""WORD JOINER: invisible, and enough to keep `@` and the word apart for Slack's mention parser."""
+_ENCODED_MENTION = re.compile(
+    r"<(?:!(?P<broadcast>channel|here|everyone)|!subteam\^(?P<group>[A-Za-z0-9]+)|@(?P<user>[UW][A-Z0-9]+))"
+    r"(?:\|(?P<label>[^>]*))?>",
+    re.IGNORECASE,
+)
+_BARE_BROADCAST = re.compile(r"@(?=(?:channel|here|everyone)\b)", re.IGNORECASE)
 
 
 def escape(text: str) -> str:
     """Escape the three characters mrkdwn treats as markup (`&`, `<`, `>`)."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def defuse(text: str) -> str:
+    """Text from the model, a tool or a reminder, with every mention made inert: it still reads `@here`,
+    `@channel`, `@team` or `@U123`, but notifies nobody. Only the bot's own mentions (`who`, `reminder_text`)
+    may ping, and they are added after this."""
+
+    def inert(match: re.Match[str]) -> str:
+        label = (match["label"] or "").lstrip("@") or match["broadcast"] or match["group"] or match["user"]
+        return f"@{_JOINER}{label}"
+
+    return _BARE_BROADCAST.sub("@" + _JOINER, _ENCODED_MENTION.sub(inert, text))
 
 
 def who(by: str | None) -> str:
@@ -52,8 +74,8 @@ def call_line(call: ToolCall, now: datetime | None = None) -> str:
 
     A backtick inside the label would end the code span early, so it becomes a quote.
     """
-    label = escape(call_label(call).replace("`", "'"))
-    return f"{icon(call)} `{label}` — {state_text(call, now=now, who=who, text=escape)}"
+    label = defuse(escape(call_label(call).replace("`", "'")))
+    return f"{icon(call)} `{label}` — {state_text(call, now=now, who=who, text=lambda shown: defuse(escape(shown)))}"
 
 
 def status_message(calls: list[ToolCall], now: datetime | None = None) -> tuple[str, list[Block]]:
@@ -117,9 +139,10 @@ def answer_message(chunk: str, *, streaming: bool = False) -> tuple[str, list[Bl
 
     While streaming, a code fence still open is closed for display, so half an answer renders cleanly.
     """
-    shown = close_open_fence(chunk) if streaming else chunk
+    shown = defuse(close_open_fence(chunk) if streaming else chunk)
     return shown, [{"type": "markdown", "text": shown}]
 
 
 def reminder_text(text: str, requester: str | None) -> str:
-    return f"<@{requester}> ⏰ {text}" if requester else f"⏰ {text}"
+    """The reminder's own words made inert; the one mention that pings is the person who asked for it."""
+    return f"<@{requester}> ⏰ {defuse(text)}" if requester else f"⏰ {defuse(text)}"
