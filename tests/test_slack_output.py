@@ -61,6 +61,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
 
 async def test_an_answer_streams_into_one_message_and_ends_complete(rig: Rig) -> None:
     rig.edge.turn_started(KEY)
+    rig.edge.model_call_started(KEY)
     for word in ["Hello", " wide", " world", "."]:
         rig.edge.text_delta(KEY, word)
         await rig.slack.wait_for(lambda: rig.posts(), WAIT_S)
@@ -85,6 +86,7 @@ async def test_a_quick_answer_is_posted_whole_without_edits(tmp_path: Path) -> N
             edge.attach(store)
             await store.ensure_session(KEY, {"edge": "slack", "channel": "C1", "thread_ts": "1.0"})
             edge.turn_started(KEY)
+            edge.model_call_started(KEY)
             edge.text_delta(KEY, "Short ")
             await slack.wait_for(lambda: slack.assistant_statuses, WAIT_S)  # the first words arrived meanwhile
             edge.text_delta(KEY, "answer.")
@@ -141,6 +143,7 @@ async def test_a_turn_cancelled_mid_answer_keeps_what_was_said(rig: Rig) -> None
 
 async def test_thinking_is_cleared_when_a_turn_ends_without_a_post(rig: Rig) -> None:
     rig.edge.turn_started(KEY)
+    rig.edge.model_call_started(KEY)
     rig.edge.turn_finished(TurnOutcome(KEY))
     await rig.settle()
     assert rig.slack.assistant_status("C1", rig.root) == ""
@@ -159,6 +162,7 @@ async def test_a_heartbeat_says_nothing_when_all_is_well_and_opens_a_thread_othe
     address = {"edge": "slack", "channel": "C9", "thread_ts": None, "quiet_reply": "HEARTBEAT_OK"}
     await rig.store.ensure_session(key, address)
     rig.edge.turn_started(key)
+    rig.edge.model_call_started(key)
     for piece in ["HEART", "BEAT_", "OK"]:
         rig.edge.text_delta(key, piece)
     rig.edge.text_done(key)
@@ -167,6 +171,7 @@ async def test_a_heartbeat_says_nothing_when_all_is_well_and_opens_a_thread_othe
     assert rig.slack.messages("C9") == []
 
     rig.edge.turn_started(key)
+    rig.edge.model_call_started(key)
     for piece in ["The nightly", " build failed."]:
         rig.edge.text_delta(key, piece)
     rig.edge.text_done(key)
@@ -189,6 +194,7 @@ async def quiet_turn(rig: Rig, key: str, calls: list[ToolCall], answer: str) -> 
     """A heartbeat turn that talks, runs a tool, warns, and ends on `answer`; the call is still running after."""
     await rig.store.ensure_session(key, QUIET)
     rig.edge.turn_started(key)
+    rig.edge.model_call_started(key)
     rig.edge.text_delta(key, "Checking the build.")
     rig.edge.text_done(key)
     rig.edge.calls_started(key, calls)
@@ -323,6 +329,7 @@ def _live_mentions(rig: Rig) -> list[str]:
 
 async def test_mentions_in_model_text_tool_output_and_reminders_notify_nobody(rig: Rig) -> None:
     rig.edge.turn_started(KEY)
+    rig.edge.model_call_started(KEY)
     rig.edge.text_delta(KEY, f"Answer: {BROADCASTS}")
     rig.edge.text_done(KEY)
     call = ToolCall("toolu_m", KEY, "t", "run_command", {"command": f"echo '{BROADCASTS}'"})
@@ -345,3 +352,34 @@ async def test_mentions_in_model_text_tool_output_and_reminders_notify_nobody(ri
     assert reminder.text.startswith("<@U1> ⏰ stand-up")
     assert "@\u2060oncall" in reminder.text and "@\u2060here" in rig.posts()[0].text  # still readable
     assert all(c.params.get("parse") == "none" for c in rig.slack.calls_to("chat.postMessage"))
+
+
+async def test_thinking_is_shown_again_for_every_model_call_of_a_turn(rig: Rig) -> None:
+    """Slack clears the indicator on the bot's first post (and after two minutes): each model call sets it anew."""
+    rig.edge.turn_started(KEY)
+    rig.edge.model_call_started(KEY)
+    rig.edge.text_delta(KEY, "Let me check.")
+    rig.edge.text_done(KEY)
+    rig.edge.calls_started(KEY, [ToolCall("toolu_t", KEY, "t", "now", {}, status=CallStatus.COMPLETED)])
+    rig.edge.model_call_started(KEY)
+    rig.edge.text_delta(KEY, "Done.")
+    rig.edge.text_done(KEY)
+    rig.edge.turn_finished(TurnOutcome(KEY, text="Done."))
+    await rig.settle()
+    methods = [c.method for c in rig.slack.calls if c.method in {"chat.postMessage", "assistant.threads.setStatus"}]
+    assert methods == [
+        "assistant.threads.setStatus",
+        "chat.postMessage",
+        "chat.postMessage",
+        "assistant.threads.setStatus",
+        "chat.postMessage",
+    ]
+    assert [status for _, _, status in rig.slack.assistant_statuses] == ["is thinking…", "is thinking…"]
+
+
+def test_the_manifest_needs_no_assistant_scope_or_view() -> None:
+    """Since Slack's 2026-03-05 change `chat:write` covers setStatus; the assistant pane is not used."""
+    manifest = (Path(__file__).resolve().parents[1] / "deploy" / "slack-manifest.yml").read_text()
+    scopes = re.findall(r"^\s+- ([a-z_]+:[a-z_]+)", manifest, re.MULTILINE)
+    assert "chat:write" in scopes and "assistant:write" not in scopes
+    assert "assistant_view" not in manifest

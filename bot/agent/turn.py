@@ -155,6 +155,7 @@ class TurnRunner:
         key = request.session_key
         toolbox = request.toolbox or self._toolbox
         model_request = ModelRequest(system=self._system_prompt(key), messages=messages, tools=toolbox.specs())
+        self._output.model_call_started(key)
         ask = asyncio.ensure_future(
             self._provider.complete(model_request, on_text=lambda delta: self._output.text_delta(key, delta))
         )

@@ -23,6 +23,9 @@ class ConsoleOutput:
     def turn_started(self, session_key: str) -> None:
         self._in_text = False
 
+    def model_call_started(self, session_key: str) -> None:
+        """Nothing to show: the terminal prints the answer as it streams."""
+
     def text_delta(self, session_key: str, delta: str) -> None:
         self._clear_status()
         if not self._in_text:

@@ -70,6 +70,9 @@ class SlackEdge:
 
     def turn_started(self, session_key: str) -> None:
         self._put(session_key, lambda: self._quiet.hold_if_quiet(session_key), holdable=False)
+
+    def model_call_started(self, session_key: str) -> None:
+        """Slack clears "is thinking…" when the bot posts and after two minutes: set it again for every call."""
         self._put(session_key, lambda: self._set_thinking(session_key, True))
 
     def text_delta(self, session_key: str, delta: str) -> None:
