@@ -383,3 +383,20 @@ def test_the_manifest_needs_no_assistant_scope_or_view() -> None:
     scopes = re.findall(r"^\s+- ([a-z_]+:[a-z_]+)", manifest, re.MULTILINE)
     assert "chat:write" in scopes and "assistant:write" not in scopes
     assert "assistant_view" not in manifest
+
+
+async def test_every_update_of_a_status_message_has_new_block_ids(rig: Rig) -> None:
+    call = ToolCall("toolu_r", KEY, "t", "sleep_for", {"seconds": 3})
+    rig.edge.calls_started(KEY, [call])
+    [status] = await rig.slack.wait_for(lambda: rig.posts(), WAIT_S)
+    call.transition(CallStatus.RUNNING)
+    for second in (1, 2):
+        call.add_progress(ProgressKind.PARTIAL, {"message": f"slept {second}s of 3s"})
+        rig.edge.call_changed(call)
+        await rig.slack.wait_for(lambda: f"slept {second}s" in status.text, WAIT_S)  # noqa: B023
+    call.transition(CallStatus.COMPLETED)
+    rig.edge.call_changed(call)
+    await rig.settle()
+    ids = [tuple(block["block_id"] for block in revision.blocks or []) for revision in status.history]
+    assert len(ids) >= 4 and len(set(ids)) == len(ids), ids
+    assert all(block_id.startswith("call:toolu_r:") for revision in ids for block_id in revision)

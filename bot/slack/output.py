@@ -14,6 +14,7 @@ until it has something to say, in `QuietHold`.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import aiohttp
@@ -162,7 +163,8 @@ class SlackEdge:
             return
         for place, calls in (await self._store.displays_of([call.id for call in orphans])).items():
             channel, _, ts = place.partition(":")
-            text, blocks = status_message(calls)
+            # A new process knows nothing of the ids shown: a revision of its own, unlike any number before.
+            text, blocks = status_message(calls, revision=f"r{time.time_ns()}")
             self._edit(channel, ts, text, blocks, True)
 
     async def close(self, timeout_s: float = 10.0) -> None:

@@ -78,14 +78,20 @@ def call_line(call: ToolCall, now: datetime | None = None) -> str:
     return f"{icon(call)} `{label}` — {state_text(call, now=now, who=who, text=lambda shown: defuse(escape(shown)))}"
 
 
-def status_message(calls: list[ToolCall], now: datetime | None = None) -> tuple[str, list[Block]]:
-    """A tool batch's status message: fallback text, and a section per call with a Cancel button while open."""
+def status_message(
+    calls: list[ToolCall], now: datetime | None = None, *, revision: str = "0"
+) -> tuple[str, list[Block]]:
+    """A tool batch's status message: fallback text, and a section per call with a Cancel button while open.
+
+    Each rendering that replaces an earlier one needs its own `revision`: Slack asks for new `block_id`s when a
+    message is updated (a block kept under its old id may keep its old state in clients).
+    """
     lines = [call_line(call, now) for call in calls]
     blocks: list[Block] = []
     for call, line in zip(calls[:MAX_CALL_BLOCKS], lines, strict=False):
         block: Block = {
             "type": "section",
-            "block_id": f"call:{call.id}"[:255],
+            "block_id": f"call:{call.id}:{revision}"[-255:],
             "text": {"type": "mrkdwn", "text": line[:SECTION_MAX_CHARS]},
         }
         if not call.is_final:

@@ -12,7 +12,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from bot.calls.models import ToolCall
-from bot.slack.render import Edit, Post, status_message
+from bot.slack.render import Block, Edit, Post, status_message
 
 REMEMBER_MESSAGES = 2_000
 """Finished status messages remembered for lookups (a late reaction on them is answered, not guessed)."""
@@ -28,6 +28,11 @@ class StatusMessage:
     final: bool = False
     failed: bool = False
     posting: bool = True  # until the post returns, changes are left to the post itself
+    revision: int = 0  # how many times it was rendered: each rendering gets new block ids
+
+    def render(self) -> tuple[str, list[Block]]:
+        self.revision += 1
+        return status_message(self.calls, revision=str(self.revision))
 
     @property
     def open_calls(self) -> list[ToolCall]:
@@ -49,7 +54,7 @@ class StatusBoard:
 
     async def post(self, message: StatusMessage, poster: Post) -> None:
         """Post the batch as it is now (calls may have moved on since they started), then catch up."""
-        text, blocks = status_message(message.calls)
+        text, blocks = message.render()
         message.final = all(call.is_final for call in message.calls)
         try:
             where = await poster(text, blocks)
@@ -77,10 +82,11 @@ class StatusBoard:
     def refresh(self, message: StatusMessage) -> None:
         if message.ts is None or message.channel is None or message.failed:
             return
-        text, blocks = status_message(message.calls)
         final = all(call.is_final for call in message.calls)
+        text, blocks = status_message(message.calls, revision=str(message.revision + 1))
         if text == message.shown and final == message.final:
             return
+        message.revision += 1
         message.shown, message.final = text, final
         self._edit(message.channel, message.ts, text, blocks, final)
         if final:
