@@ -302,7 +302,7 @@ class EditScheduler:
         error = data.get("error") if isinstance(data, dict) else None
         where = f"{edit.channel}/{edit.ts}"
         if status == 429:
-            pause_s = _retry_after_s(exc.response.headers)
+            pause_s = retry_after_s(exc.response.headers)
             now = self._clock()
             self.stats.rate_limited += 1
             self._paused_until = max(self._paused_until, now + pause_s)
@@ -340,7 +340,7 @@ class EditScheduler:
         newer.attempts = edit.attempts
 
 
-def _retry_after_s(headers: Mapping[str, str]) -> float:
+def retry_after_s(headers: Mapping[str, str]) -> float:
     """Slack sends whole seconds; anything unreadable means 1 s rather than no pause at all."""
     try:
         return max(1.0, float(headers.get("Retry-After", "1")))

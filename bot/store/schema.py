@@ -105,7 +105,24 @@ CREATE TABLE call_displays (
 CREATE INDEX call_displays_by_place ON call_displays(place);
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3]
+# What the bot owes Slack (bot/store/outbox.py): posts and final edits not confirmed yet, kept across restarts.
+# A post has no `ts` until it lands; an edit is keyed by the message it changes (one owed state per message).
+_V4_OUTBOX = """
+CREATE TABLE outbox (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_key  TEXT NOT NULL,
+    channel      TEXT NOT NULL,
+    thread_ts    TEXT,
+    ts           TEXT,
+    text         TEXT NOT NULL,
+    blocks       TEXT,
+    metadata     TEXT,
+    created_at   TEXT NOT NULL
+);
+CREATE UNIQUE INDEX outbox_edit_per_message ON outbox(channel, ts) WHERE ts IS NOT NULL;
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4_OUTBOX]
 
 # The tool_calls columns, named as `ToolCall.to_record()` names its keys.
 CALL_COLUMNS = (

@@ -28,6 +28,7 @@ import aiosqlite
 from bot.calls.models import utcnow
 from bot.errors import StoreError
 from bot.store.calls import CallQueries
+from bot.store.outbox import OutboxQueries
 from bot.store.reminders import ReminderQueries
 from bot.store.schema import dumps, fetch, migrate, ts
 
@@ -53,8 +54,8 @@ def _session(row: sqlite3.Row) -> SessionRecord:
     )
 
 
-class Store(CallQueries, ReminderQueries):
-    """Sessions, their messages and seen events; tool calls and reminders come from the two mixins."""
+class Store(CallQueries, ReminderQueries, OutboxQueries):
+    """Sessions, their messages and seen events; tool calls, reminders and the outbox come from the mixins."""
 
     def __init__(self, db: aiosqlite.Connection, path: Path) -> None:
         self._db = db
