@@ -29,8 +29,10 @@ from bot.slack.cancel import Canceller
 from bot.slack.edits import EditScheduler
 from bot.slack.events import MessageRouter
 from bot.slack.filters import SESSION_PREFIX
+from bot.slack.journal import FinalJournal
 from bot.slack.metrics import Metrics
 from bot.slack.output import SlackEdge
+from bot.slack.posts import PostQueue
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +52,12 @@ async def serve(settings: Settings, *, port: int) -> None:
     async with slack_http_session() as session:
         client = build_client(settings, session)
         me = await identify(client)
-        edits = EditScheduler(build_client(settings, session, retry_rate_limits=False))
+        pacing_client = build_client(settings, session, retry_rate_limits=False)
+        edits = EditScheduler(pacing_client)
+        posts = PostQueue(pacing_client)
         signals = _Signals(asyncio.get_running_loop())
         try:
-            await _run(settings, client, edits, me, app_token, port, signals.stopping)
+            await _run(settings, client, edits, posts, me, app_token, port, signals.stopping)
         except asyncio.CancelledError:
             if not signals.forced:
                 raise
@@ -66,18 +70,25 @@ async def _run(
     settings: Settings,
     client: AsyncWebClient,
     edits: EditScheduler,
+    posts: PostQueue,
     me: Identity,
     app_token: str | None,
     port: int,
     stopping: asyncio.Event,
 ) -> None:
-    """`edits` has a client of its own, on the same connection pool, without the 429 retries (see `build_client`);
-    every other Slack call goes through `client`."""
+    """`edits` and `posts` have a client of their own, on the same connection pool, without the 429 retries (see
+    `build_client`); every other Slack call goes through `client`."""
     metrics = Metrics()
     async with contextlib.AsyncExitStack() as stack:
         await edits.start()
         stack.push_async_callback(edits.close, EDITS_FLUSH_S)
-        edge = SlackEdge(client, edits, team_id=me.team_id, metrics=metrics)
+        edge = SlackEdge(client, edits, team_id=me.team_id, metrics=metrics, posts=posts)
+
+        async def flush_slack() -> None:
+            """While the store is open: what is not delivered by then stays owed in it, for the next start."""
+            await edge.close(EDGE_DRAIN_S)
+            await edits.close(EDITS_FLUSH_S)
+
         core = await stack.enter_async_context(
             open_core(
                 settings,
@@ -85,10 +96,12 @@ async def _run(
                 user_timezone=edge.user_timezone,
                 owns=lambda key: key.startswith((SESSION_PREFIX, HEARTBEAT_SESSION_PREFIX)),
                 # Posts the shutdown itself queued (cancelled calls) still record where they went.
-                before_store_closes=lambda: edge.close(EDGE_DRAIN_S),
+                before_store_closes=flush_slack,
             )
         )
         edge.attach(core.store)
+        edits.keep_finals(FinalJournal(core.store))
+        await edge.resume()
         await edge.repaint(core.orphans)
         ingress = _ingress(settings, client, core, edge, me, metrics)
         stack.push_async_callback(ingress.close, INGRESS_GRACE_S)

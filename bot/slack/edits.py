@@ -31,7 +31,9 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.slack.journal import FinalJournal
 from bot.slack.render import EmptyMessage, sendable
+from bot.store import OwedMessage
 
 log = logging.getLogger(__name__)
 
@@ -118,14 +120,18 @@ class EditScheduler:
         min_interval_s: float = 1.0,
         max_in_flight: int = MAX_IN_FLIGHT,
         call_timeout_s: float = CALL_TIMEOUT_S,
+        journal: FinalJournal | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """With a `journal`, every final state is also written to the store until Slack shows it (see journal.py)."""
         self.stats = EditStats()
+        self._journal = journal
         self._client = client
         self._min_interval_s = min_interval_s
         self._max_in_flight = max_in_flight
         self._call_timeout_s = call_timeout_s
         self._in_flight: dict[Key, asyncio.Task[None]] = {}
+        self._on_wire: dict[Key, _Edit] = {}
         self._clock = clock
         self._bucket = TokenBucket(per_minute / 60.0, burst, clock())
         self._pending: dict[Key, _Edit] = {}
@@ -170,12 +176,24 @@ class EditScheduler:
             attempts=old.attempts if old else 0,
         )
         if final:
+            if self._journal is not None:
+                self._journal.owe(channel, ts, text, blocks)
             self._finalized[key] = None
             self._finalized.move_to_end(key)
             if len(self._finalized) > FINAL_MEMORY:
                 self._finalized.popitem(last=False)
         self._idle.clear()
         self._wake.set()
+
+    def keep_finals(self, journal: FinalJournal) -> None:
+        """From now on, write every final state to `journal` until Slack shows it (the store opens after us)."""
+        self._journal = journal
+
+    def resume(self, owed: list[OwedMessage]) -> None:
+        """At start: the final states a previous process recorded but never got onto Slack, in line again."""
+        for message in owed:
+            if message.ts is not None:
+                self.update(message.channel, message.ts, text=message.text, blocks=message.blocks, final=True)
 
     async def start(self) -> None:
         """Start the worker in the running loop (not in ``__init__``: the loop may not exist yet)."""
@@ -185,7 +203,11 @@ class EditScheduler:
             self._task = asyncio.create_task(self._run(), name="slack-edit-scheduler")
 
     async def close(self, timeout_s: float = 10.0) -> None:
-        """Drop pending progress, flush pending finals within ``timeout_s`` (still within the budget), stop."""
+        """Drop pending progress, flush pending finals within ``timeout_s`` (still within the budget), stop.
+
+        Once closed, closing again does nothing."""
+        if self._closing:
+            return
         self._closing = True
         for key, edit in list(self._pending.items()):
             if not edit.final:
@@ -204,8 +226,16 @@ class EditScheduler:
             call.cancel()
         await asyncio.gather(*calls, return_exceptions=True)
         if self._pending:
-            log.warning("shutting down with %d final message edits undelivered", len(self._pending))
+            kept = "kept in the store for the next start" if self._journal is not None else "lost"
+            log.warning("shutting down with %d final message edits undelivered (%s)", len(self._pending), kept)
+        if self._journal is not None:
+            await self._journal.close(timeout_s)
         self._idle.set()
+
+    def owes_final(self, channel: str, ts: str) -> bool:
+        """Whether a final state of this message is recorded but not shown yet."""
+        key = (channel, ts)
+        return any(e is not None and e.final for e in (self._pending.get(key), self._on_wire.get(key)))
 
     async def idle(self, timeout_s: float | None = None) -> None:
         """Wait until nothing is pending or on the wire; TimeoutError after ``timeout_s``."""
@@ -256,11 +286,12 @@ class EditScheduler:
                 self._bucket.take(now)
                 key = (edit.channel, edit.ts)
                 call = asyncio.create_task(self._send(edit), name=f"slack-edit:{edit.channel}/{edit.ts}")
-                self._in_flight[key] = call
+                self._in_flight[key], self._on_wire[key] = call, edit
                 call.add_done_callback(functools.partial(self._landed, key))
 
     def _landed(self, key: Key, _call: asyncio.Task[None]) -> None:
         self._in_flight.pop(key, None)
+        self._on_wire.pop(key, None)
         self._wake.set()
 
     async def _send(self, edit: _Edit) -> None:
@@ -293,6 +324,8 @@ class EditScheduler:
         else:
             now = self._clock()
             self.stats.sent += 1
+            if edit.final and self._journal is not None:
+                self._journal.settle(edit.channel, edit.ts, edit.text)
             self._last_sent = {k: t for k, t in self._last_sent.items() if t > now - self._min_interval_s}
             self._last_sent[(edit.channel, edit.ts)] = now
 
@@ -314,6 +347,8 @@ class EditScheduler:
             self._requeue(edit, backoff=True)
         elif error in GONE_ERRORS:
             self.stats.gone += 1
+            if self._journal is not None:
+                self._journal.settle(edit.channel, edit.ts, None)
             log.info("chat.update %s: %s; giving up on this message", where, error)
         elif edit.final:
             log.error("chat.update %s rejected a final state (%s); retrying with backoff", where, error)

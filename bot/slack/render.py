@@ -24,8 +24,12 @@ Block = dict[str, Any]
 
 # How what is built here reaches Slack: the edge passes these to the status board and the reply stream,
 # which so never touch the client themselves.
-Post = Callable[[str, list[Block]], Awaitable[tuple[str, str] | None]]
-"""Posts (text, blocks) in the session's thread; returns the new message's (channel, ts), None on failure."""
+Post = Callable[[str, list[Block], bool], Awaitable[tuple[str, str] | None]]
+"""Posts (text, blocks, owed) in the session's thread; returns the new message's (channel, ts), else None.
+
+`owed` marks a message's last word (an answer part that is complete, a final status): if it does not land now,
+the outbox delivers it later, so None means "handed over". A message that is not owed yet and does not land is
+left to its owner, who owes its last word once it has one."""
 Edit = Callable[[str, str, str, list[Block], bool], None]
 """Asks for an edit of (channel, ts, text, blocks, final)."""
 
@@ -138,6 +142,12 @@ def _blank(block: Block) -> bool:
     if block.get("type") not in {"markdown", "section", "header"} or block.get("fields"):
         return False
     return not _block_text(block).strip()
+
+
+def outcomes_block(calls: list[ToolCall]) -> Block:
+    """How an answer's calls ended, for an answer posted while their status message still shows them running."""
+    lines = "\n".join(call_line(call) for call in calls)
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": lines[:SECTION_MAX_CHARS]}]}
 
 
 def answer_message(chunk: str, *, streaming: bool = False) -> tuple[str, list[Block]]:

@@ -21,6 +21,13 @@ take under a second to stream, so they land whole in one post and need no edit a
 all ("is thinking…" shows meanwhile). A longer answer is posted after that wait and
 then edited about once a second.
 
+A part whose post does not land is not lost. A complete part is posted as owed, so
+the outbox delivers it if Slack does not take it now; a part still growing waits
+(`deferred`) for the end of the answer and is then posted, complete, the same way.
+When the answer ends while its calls' final states are still queued behind the edit
+budget, its last part carries those outcomes, so it never sits next to a status
+message that still reads "running".
+
 A quiet session (the heartbeat's) is not streamed: its answer is posted once, when
 done, and not at all if it is exactly the quiet word. Whether a session is quiet is
 asked lazily, because its address may still be loading when the first words arrive;
@@ -35,7 +42,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from bot.slack.render import Edit, Post, answer_message
+from bot.slack.render import Block, Edit, Post, answer_message
 from bot.slack.split import MESSAGE_LIMIT, split_chunks, visible
 
 log = logging.getLogger(__name__)
@@ -48,8 +55,8 @@ Enqueue = Callable[[Callable[[], Awaitable[None]]], None]
 
 @dataclass(slots=True)
 class _Part:
-    channel: str
-    ts: str
+    channel: str | None  # None: handed to the outbox, which posts it complete
+    ts: str | None
     shown: str
     final: bool
 
@@ -60,6 +67,7 @@ class ReplyStream:
     edit: Edit
     enqueue: Enqueue
     quiet: Callable[[], str | None] = lambda: None
+    outcomes: Callable[[], Block | None] = lambda: None
     first_post_wait_s: float = FIRST_POST_WAIT_S
     text: str = ""
     done: bool = False
@@ -69,7 +77,7 @@ class ReplyStream:
     _spoken: bool = False  # anything but whitespace yet
     _finished: asyncio.Event = field(default_factory=asyncio.Event)
     _flush_queued: bool = False
-    _broken: bool = False
+    _deferred: bool = False  # a part still growing did not land: the rest waits for the end of the answer
 
     def add(self, delta: str) -> None:
         self.text += delta
@@ -95,7 +103,7 @@ class ReplyStream:
 
     def _sync(self) -> None:
         """Edit the parts that exist; queue one flush for the parts that do not exist yet."""
-        if self._broken or not self._spoken or self._held_back():
+        if not self._spoken or self._held_back() or (self._deferred and not self.done):
             return
         chunks = self._chunks
         for index, chunk in enumerate(chunks):
@@ -106,9 +114,9 @@ class ReplyStream:
                     self.enqueue(self._flush)
                 return
             part = self.parts[index]
-            if part.final or (part.shown == chunk and not sealed):
+            if part.final or (part.shown == chunk and not sealed) or part.channel is None or part.ts is None:
                 continue
-            text, blocks = answer_message(chunk, streaming=not sealed)
+            text, blocks = self._message(index, chunk, sealed)
             self.edit(part.channel, part.ts, text, blocks, sealed)
             part.shown, part.final = chunk, sealed
 
@@ -125,13 +133,25 @@ class ReplyStream:
                     break
                 chunk = chunks[index]
                 sealed = self.done or index < len(chunks) - 1
-                text, blocks = answer_message(chunk, streaming=not sealed)
-                where = await self.post(text, blocks)
-                if where is None:
-                    log.warning("could not post part %d of an answer; the rest of it is not shown", index + 1)
-                    self._broken = True
-                    return
-                self.parts.append(_Part(*where, chunk, sealed))
+                if self._deferred and not sealed:
+                    break
+                text, blocks = self._message(index, chunk, sealed)
+                where = await self.post(text, blocks, sealed)
+                if where is not None:
+                    self.parts.append(_Part(*where, chunk, sealed))
+                elif sealed:
+                    self.parts.append(_Part(None, None, chunk, True))  # owed: the outbox has it
+                else:
+                    log.warning("part %d of an answer did not land; it is posted when the answer is done", index + 1)
+                    self._deferred = True
+                    break
         finally:
             self._flush_queued = False
         self._sync()
+
+    def _message(self, index: int, chunk: str, sealed: bool) -> tuple[str, list[Block]]:
+        """A part as Slack shows it; the answer's last part, once complete, with the outcomes still unseen."""
+        text, blocks = answer_message(chunk, streaming=not sealed)
+        if self.done and index == len(self._chunks) - 1 and (outcomes := self.outcomes()) is not None:
+            blocks = [*blocks, outcomes]
+        return text, blocks
