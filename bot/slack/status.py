@@ -73,6 +73,7 @@ class StatusBoard:
                 self._forget(message)
             else:
                 message.deferred = True
+                self._repost_if_final(message)  # its calls may have ended while it was being tried
             return
         channel, ts = where
         message.channel, message.ts, message.shown = channel, ts, text
@@ -89,11 +90,14 @@ class StatusBoard:
         if message is None or message.posting:
             return
         if message.deferred:
-            if all(c.is_final for c in message.calls):
-                message.deferred, message.posting = False, True
-                self._repost(message)
-            return
-        self.refresh(message)
+            self._repost_if_final(message)
+        else:
+            self.refresh(message)
+
+    def _repost_if_final(self, message: StatusMessage) -> None:
+        if all(call.is_final for call in message.calls):
+            message.deferred, message.posting = False, True
+            self._repost(message)
 
     def refresh(self, message: StatusMessage) -> None:
         if message.ts is None or message.channel is None or message.failed:
