@@ -60,14 +60,18 @@ async def kill(daemon: Daemon) -> None:
 
 
 async def start_threads(
-    slack: FakeSlack, script: Script, words: str, replies: Callable[[], list[Reply]]
+    slack: FakeSlack,
+    script: Script,
+    words: str,
+    replies: Callable[[], list[Reply]],
+    channels: list[str] = CHANNELS,
 ) -> list[tuple[str, str]]:
     """`THREADS` mentions, each scripted with its own `replies()` (a tool_use id is unique to one call)."""
     threads = []
     for i in range(THREADS):
         words_i = f"{words} #{i}."  # the script matches by prefix: "#1." is not in "#10."
         script.add(words_i, *replies())
-        event = await mention(slack, CHANNELS[i % len(CHANNELS)], words_i)
+        event = await mention(slack, channels[i % len(channels)], words_i)
         threads.append((event["channel"], event["ts"]))
     return threads
 
@@ -127,4 +131,30 @@ async def test_final_states_owed_at_a_stop_are_painted_after_the_restart(
         await slack.wait_for(lambda: "✅" in status.text, 60, "the final state, after the restart")  # noqa: B023
         assert [m.text for m in bot_posts(slack, channel, ts)][1:] == ["Awake."]
     await slack.wait_for(lambda: owed(daemon, edits=True) == 0, WAIT_S, "the outbox emptied")
+    assert await daemon.stop() == 0
+
+
+async def test_posts_within_slacks_per_channel_limit_are_all_delivered_once(
+    rig: tuple[FakeSlack, Script, Daemon],
+) -> None:
+    """Slack's ~1 post a second per channel, 429 + Retry-After beyond a short burst: ten threads a channel, each with
+    a status message and an answer, lose nothing (the SDK's three retries used to give some up, silently)."""
+    slack, script, daemon = rig
+    slack.limit_posts_like_slack(burst=3)
+    await daemon.start()
+    await daemon.connected()
+    threads = await start_threads(
+        slack,
+        script,
+        "count",
+        lambda: [Reply.tools(tool_use("wordcount", {"text": "a b c"})), Reply.text_only("Three.")],
+        channels=["C1", "C2"],
+    )
+    for channel, ts in threads:
+        await slack.wait_for(lambda: "Three." in [m.text for m in bot_posts(slack, channel, ts)], 60, "the answer")  # noqa: B023
+    for channel, ts in threads:
+        [status, answer] = bot_posts(slack, channel, ts)
+        assert answer.text == "Three." and "wordcount" in status.text
+    await slack.wait_for(lambda: owed(daemon, edits=False) == 0, WAIT_S, "every owed post settled")
+    assert "not delivered" not in daemon.log() and slack.rate_limited["chat.postMessage"] <= 2
     assert await daemon.stop() == 0

@@ -107,18 +107,23 @@ async def test_what_a_stopped_process_owed_is_delivered_by_the_next_and_never_tw
 
 
 async def test_final_edits_left_at_a_stop_are_kept_and_land_after_the_restart(rig: Rig) -> None:
-    messages = [str((await rig.client.chat_postMessage(channel="C1", text=f"m{i}"))["ts"]) for i in range(50)]
-    await rig.start()
+    """1,000 threads' final states owed while Slack fails every edit: all kept across the stop, all painted after."""
+    count = 1_000
+    messages = [
+        str((await rig.client.chat_postMessage(channel=f"C{i % 50}", text=f"m{i}"))["ts"]) for i in range(count)
+    ]
+    where = [(f"C{i % 50}", ts) for i, ts in enumerate(messages)]
+    await rig.start(per_minute=600_000, burst=1_000)
     assert rig.edits is not None
     rig.slack.fail("chat.update", status=500, times=None)
-    for i, ts in enumerate(messages):
-        rig.edits.update("C1", ts, text=f"final {i}", final=True)
+    for i, (channel, ts) in enumerate(where):
+        rig.edits.update(channel, ts, text=f"final {i}", final=True)
     await rig.stop()
-    assert len(await rig.store.owed_messages()) == 50, "every final is in the store"
+    assert len(await rig.store.owed_messages()) == count, "every final is in the store"
     rig.slack.clear_failures()
-    await rig.start()
-    await rig.edits.idle(WAIT_S)
-    assert [rig.slack.message("C1", ts).text for ts in messages] == [f"final {i}" for i in range(50)]
+    await rig.start(per_minute=600_000, burst=1_000)
+    await rig.edits.idle(30)
+    assert [rig.slack.message(channel, ts).text for channel, ts in where] == [f"final {i}" for i in range(count)]
     await rig.edits.close(WAIT_S)
     assert await rig.store.owed_messages() == []
 
