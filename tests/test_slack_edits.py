@@ -335,3 +335,20 @@ async def test_slack_clients_have_a_bounded_timeout(slack: FakeSlack, make_setti
         with pytest.raises(TimeoutError):
             await client.chat_postMessage(channel="C1", text="hello?")
         assert time.monotonic() - started < 3 and len(slack.stalled) == 1
+
+
+async def test_among_finals_the_oldest_final_goes_first(
+    slack: FakeSlack, client: AsyncWebClient, make_scheduler: MakeScheduler
+) -> None:
+    """A message that has shown progress for long must not jump ahead of a final that has waited longer."""
+    blocker, early, late = await post(client, 3)
+    edits_ = await make_scheduler(max_in_flight=1)
+    release = slack.hold("chat.update")
+    edits_.update("C1", blocker, text="x")
+    await slack.wait_for(lambda: slack.pending)
+    edits_.update("C1", late, text="late: progress")  # waiting since before either final
+    edits_.update("C1", early, text="early: done", final=True)
+    edits_.update("C1", late, text="late: done", final=True)
+    release.set()
+    await edits_.idle(5)
+    assert [call.params["ts"] for call in updates(slack)][1:] == [early, late]

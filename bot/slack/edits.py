@@ -76,6 +76,7 @@ class _Edit:
     blocks: list[dict[str, Any]] | None
     final: bool
     since: float  # when this message started waiting: the longest wait goes first
+    final_at: float  # when its final state was first asked for: among finals, the oldest goes first
     not_before: float  # backoff after a failure
     attempts: int = 0
 
@@ -172,6 +173,7 @@ class EditScheduler:
             blocks,
             final,
             since=old.since if old else now,
+            final_at=old.final_at if old and old.final else now,
             not_before=old.not_before if old else now,
             attempts=old.attempts if old else 0,
         )
@@ -262,9 +264,10 @@ class EditScheduler:
         return max(0.0, self._paused_until - now, self._bucket.wait_s(now), soonest - now)
 
     def _pick(self, now: float) -> _Edit:
-        """Finals before progress, then the message that has waited longest (fairness across threads)."""
+        """Finals before progress, the oldest final first (so no final waits longer than it must), then the
+        message whose progress has waited longest (fairness across threads)."""
         due = (e for e in self._waiting() if self._ready_at(e) <= now)
-        edit = min(due, key=lambda e: (not e.final, e.since))
+        edit = min(due, key=lambda e: (not e.final, e.final_at if e.final else e.since))
         del self._pending[(edit.channel, edit.ts)]
         return edit
 
@@ -371,6 +374,8 @@ class EditScheduler:
             return
         self.stats.coalesced += 1
         newer.since = min(newer.since, edit.since)
+        if edit.final and newer.final:
+            newer.final_at = min(newer.final_at, edit.final_at)
         newer.not_before = max(newer.not_before, edit.not_before)
         newer.attempts = edit.attempts
 
