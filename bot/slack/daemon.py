@@ -151,6 +151,8 @@ def _gauges(metrics: Metrics, core: Core, edge: SlackEdge, edits: EditScheduler,
     metrics.gauge("slack_edits_coalesced", "edits replaced by a newer state", lambda: edits.stats.coalesced)
     metrics.gauge("slack_edits_rate_limited", "chat.update 429s", lambda: edits.stats.rate_limited)
     metrics.gauge("slack_edits_gone", "edits dropped: message gone", lambda: edits.stats.gone)
+    metrics.gauge("slack_edits_timed_out", "chat.update calls unanswered in time", lambda: edits.stats.timed_out)
+    metrics.gauge("slack_posts_owed", "posts kept in the outbox until Slack has them", lambda: edge.outbox_owed)
 
 
 async def _check_app_token(client: AsyncWebClient, app_token: str) -> None:

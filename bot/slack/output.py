@@ -97,6 +97,10 @@ class SlackEdge:
     def outbox(self) -> Outbox | None:
         return self._outbox
 
+    @property
+    def outbox_owed(self) -> int:
+        return self._outbox.owed if self._outbox is not None else 0
+
     # -- EngineOutput -----------------------------------------------------------------------
 
     def turn_started(self, session_key: str) -> None:
