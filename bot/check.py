@@ -15,7 +15,6 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-import aiohttp
 import anthropic
 
 from bot.app import anthropic_provider
@@ -23,7 +22,7 @@ from bot.config import Settings
 from bot.errors import ConfigError, ModelError, StoreError, ThreadbotError
 from bot.mcp.check import check_mcp
 from bot.slack import tokens
-from bot.slack.app import build_client, check_app_token, identify
+from bot.slack.app import build_client, check_app_token, identify, slack_http_session
 from bot.store import Store
 from bot.types import ModelRequest
 from bot.variables import where_set
@@ -77,7 +76,7 @@ async def check_slack(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) ->
         raise ConfigError("SLACK_SIGNING_SECRET: required in HTTP mode (or set SLACK_APP_TOKEN for Socket Mode)")
     if (problem := tokens.token_problem(settings)) is not None:
         raise ConfigError(problem)
-    async with aiohttp.ClientSession() as session:
+    async with slack_http_session() as session:
         client = build_client(settings, session)
         try:
             async with asyncio.timeout(timeout_s):

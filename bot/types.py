@@ -144,6 +144,9 @@ class EngineOutput(Protocol):
 
     def turn_started(self, session_key: str) -> None: ...
 
+    def model_call_started(self, session_key: str) -> None:
+        """The turn asks the model again (once per step): an edge shows that it is thinking, each time."""
+
     def text_delta(self, session_key: str, delta: str) -> None: ...
 
     def text_done(self, session_key: str) -> None: ...

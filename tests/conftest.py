@@ -119,6 +119,9 @@ class RecordingOutput:
     def turn_started(self, session_key: str) -> None:
         self._record("turn_started", session_key)
 
+    def model_call_started(self, session_key: str) -> None:
+        self._record("model_call_started", session_key)
+
     def text_delta(self, session_key: str, delta: str) -> None:
         self._record("text_delta", session_key, delta)
 

@@ -10,13 +10,14 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import aiohttp
 import pytest
 from fakes.slack_api import ApiCall, FakeSlack
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler, AsyncServerErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.config import Settings
-from bot.slack.app import build_client
+from bot.slack.app import REQUEST_TIMEOUT_S, build_client, slack_http_session
 from bot.slack.edits import EditScheduler, TokenBucket
 
 MakeScheduler = Callable[..., Awaitable[EditScheduler]]
@@ -91,7 +92,7 @@ async def test_final_lands_through_a_429_storm_and_every_edit_pauses(
     slack: FakeSlack, client: AsyncWebClient, make_scheduler: MakeScheduler
 ) -> None:
     [ts, other] = await post(client, 2)
-    edits_ = await make_scheduler()
+    edits_ = await make_scheduler(max_in_flight=1)
     slack.fail("chat.update", status=429, retry_after=1, times=3)
     edits_.update("C1", other, text="progress")
     edits_.update("C1", ts, text="done", final=True)
@@ -115,7 +116,7 @@ async def test_the_daemons_edit_client_leaves_every_429_to_the_scheduler(
     assert any(isinstance(h, AsyncServerErrorRetryHandler) for h in client.retry_handlers)
     assert any(isinstance(h, AsyncRateLimitErrorRetryHandler) for h in build_client(settings).retry_handlers)
     first, second = await post(client, 2)
-    edits_ = EditScheduler(client, per_minute=60_000, burst=1000, min_interval_s=0.05)
+    edits_ = EditScheduler(client, per_minute=60_000, burst=1000, min_interval_s=0.05, max_in_flight=1)
     await edits_.start()
     try:
         slack.fail("chat.update", status=429, retry_after=1, times=2)
@@ -190,7 +191,7 @@ async def test_finals_first_then_the_longest_waiting_message(
     slack: FakeSlack, client: AsyncWebClient, make_scheduler: MakeScheduler
 ) -> None:
     blocker, a, b, c = await post(client, 4)
-    edits_ = await make_scheduler()
+    edits_ = await make_scheduler(max_in_flight=1)
     release = slack.hold("chat.update")
     edits_.update("C1", blocker, text="x")
     await slack.wait_for(lambda: slack.pending)  # the worker is busy: the rest queue up
@@ -212,7 +213,7 @@ async def test_a_final_is_never_replaced_by_a_non_final(
     slack: FakeSlack, client: AsyncWebClient, make_scheduler: MakeScheduler
 ) -> None:
     blocker, queued, in_flight = await post(client, 3)
-    edits_ = await make_scheduler()
+    edits_ = await make_scheduler(max_in_flight=1)
     release = slack.hold("chat.update")
     edits_.update("C1", blocker, text="x")
     await slack.wait_for(lambda: slack.pending)
@@ -262,7 +263,7 @@ async def test_close_flushes_finals_and_drops_progress(
     slack: FakeSlack, client: AsyncWebClient, make_scheduler: MakeScheduler
 ) -> None:
     blocker, final, progress = await post(client, 3)
-    edits_ = await make_scheduler()
+    edits_ = await make_scheduler(max_in_flight=1)
     release = slack.hold("chat.update")
     edits_.update("C1", blocker, text="x")
     await slack.wait_for(lambda: slack.pending)
@@ -299,3 +300,55 @@ def test_token_bucket_with_a_manual_clock() -> None:
     assert bucket.wait_s(110.0) == 0 and bucket.tokens == 3  # refills to capacity, no more
     bucket.drain(110.0)
     assert bucket.wait_s(110.0) == pytest.approx(0.5)
+
+
+async def test_a_stalled_edit_holds_up_only_its_own_message(
+    slack: FakeSlack, client: AsyncWebClient, make_scheduler: MakeScheduler
+) -> None:
+    """Slack accepts the call and never answers: the other threads' edits keep flowing, the stalled one is retried."""
+    stuck, *others = await post(client, 4)
+    edits_ = await make_scheduler(call_timeout_s=0.5)
+    slack.stall("chat.update", lambda params: params["ts"] == stuck)
+    edits_.update("C1", stuck, text="stuck done", final=True)
+    await slack.wait_for(lambda: slack.stalled, 5, "the stalled call")
+    for i, ts in enumerate(others):
+        edits_.update("C1", ts, text=f"other {i}", final=True)
+    await slack.wait_for(lambda: all(edits(slack, ts) for ts in others), 5, "the other messages' edits")
+    assert edits(slack, stuck) == [], "the others landed while the stalled call was still unanswered"
+    await edits_.idle(5)
+    assert edits(slack, stuck) == ["stuck done"]
+    assert (edits_.stats.timed_out, edits_.stats.sent) == (1, 4)
+
+
+async def test_slack_clients_have_a_bounded_timeout(slack: FakeSlack, make_settings: Callable[..., Settings]) -> None:
+    """slack_sdk applies its timeout only to sessions it makes: a handed-in session must carry the bound."""
+    settings = make_settings(slack_bot_token="xoxb-test", slack_api_url=slack.api_url)
+    async with aiohttp.ClientSession() as unbounded:  # aiohttp's default: 300 s
+        with pytest.raises(ValueError, match="timeout"):
+            build_client(settings, unbounded)
+    async with slack_http_session() as session:
+        assert session.timeout.total == REQUEST_TIMEOUT_S
+    async with slack_http_session(timeout_s=0.3) as session:
+        client = build_client(settings, session)
+        slack.stall("chat.postMessage")
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await client.chat_postMessage(channel="C1", text="hello?")
+        assert time.monotonic() - started < 3 and len(slack.stalled) == 1
+
+
+async def test_among_finals_the_oldest_final_goes_first(
+    slack: FakeSlack, client: AsyncWebClient, make_scheduler: MakeScheduler
+) -> None:
+    """A message that has shown progress for long must not jump ahead of a final that has waited longer."""
+    blocker, early, late = await post(client, 3)
+    edits_ = await make_scheduler(max_in_flight=1)
+    release = slack.hold("chat.update")
+    edits_.update("C1", blocker, text="x")
+    await slack.wait_for(lambda: slack.pending)
+    edits_.update("C1", late, text="late: progress")  # waiting since before either final
+    edits_.update("C1", early, text="early: done", final=True)
+    edits_.update("C1", late, text="late: done", final=True)
+    release.set()
+    await edits_.idle(5)
+    assert [call.params["ts"] for call in updates(slack)][1:] == [early, late]

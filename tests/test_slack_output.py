@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fakes.slack_api import FakeSlack, StoredMessage
@@ -60,6 +62,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
 
 async def test_an_answer_streams_into_one_message_and_ends_complete(rig: Rig) -> None:
     rig.edge.turn_started(KEY)
+    rig.edge.model_call_started(KEY)
     for word in ["Hello", " wide", " world", "."]:
         rig.edge.text_delta(KEY, word)
         await rig.slack.wait_for(lambda: rig.posts(), WAIT_S)
@@ -84,6 +87,7 @@ async def test_a_quick_answer_is_posted_whole_without_edits(tmp_path: Path) -> N
             edge.attach(store)
             await store.ensure_session(KEY, {"edge": "slack", "channel": "C1", "thread_ts": "1.0"})
             edge.turn_started(KEY)
+            edge.model_call_started(KEY)
             edge.text_delta(KEY, "Short ")
             await slack.wait_for(lambda: slack.assistant_statuses, WAIT_S)  # the first words arrived meanwhile
             edge.text_delta(KEY, "answer.")
@@ -140,6 +144,7 @@ async def test_a_turn_cancelled_mid_answer_keeps_what_was_said(rig: Rig) -> None
 
 async def test_thinking_is_cleared_when_a_turn_ends_without_a_post(rig: Rig) -> None:
     rig.edge.turn_started(KEY)
+    rig.edge.model_call_started(KEY)
     rig.edge.turn_finished(TurnOutcome(KEY))
     await rig.settle()
     assert rig.slack.assistant_status("C1", rig.root) == ""
@@ -174,13 +179,15 @@ async def test_a_reminder_found_in_the_thread_is_not_posted_again(rig: Rig) -> N
 
 
 async def test_a_reminder_slack_refuses_says_retry_or_give_up(rig: Rig) -> None:
-    rig.slack.fail("chat.postMessage", status=500)
-    assert await rig.edge.reminder(reminder_post("again")) is ReminderOutcome.RETRY
     rig.slack.fail("chat.postMessage", status=200, error="channel_not_found")
     assert await rig.edge.reminder(reminder_post("again")) is ReminderOutcome.UNDELIVERABLE
     rig.slack.fail("conversations.replies", status=429, retry_after=1)
     assert await rig.edge.reminder(reminder_post("again", recheck=True)) is ReminderOutcome.RETRY
     assert rig.posts() == []
+    # A 500 is retried by the channel's post queue itself, within its own bound: the reminder lands once.
+    rig.slack.fail("chat.postMessage", status=500)
+    assert await rig.edge.reminder(reminder_post("again")) is ReminderOutcome.POSTED
+    assert [post.text for post in rig.posts()] == ["<@U1> ⏰ again"]
 
 
 async def test_a_heartbeat_says_nothing_when_all_is_well_and_opens_a_thread_otherwise(rig: Rig) -> None:
@@ -188,6 +195,7 @@ async def test_a_heartbeat_says_nothing_when_all_is_well_and_opens_a_thread_othe
     address = {"edge": "slack", "channel": "C9", "thread_ts": None, "quiet_reply": "HEARTBEAT_OK"}
     await rig.store.ensure_session(key, address)
     rig.edge.turn_started(key)
+    rig.edge.model_call_started(key)
     for piece in ["HEART", "BEAT_", "OK"]:
         rig.edge.text_delta(key, piece)
     rig.edge.text_done(key)
@@ -196,6 +204,7 @@ async def test_a_heartbeat_says_nothing_when_all_is_well_and_opens_a_thread_othe
     assert rig.slack.messages("C9") == []
 
     rig.edge.turn_started(key)
+    rig.edge.model_call_started(key)
     for piece in ["The nightly", " build failed."]:
         rig.edge.text_delta(key, piece)
     rig.edge.text_done(key)
@@ -218,6 +227,7 @@ async def quiet_turn(rig: Rig, key: str, calls: list[ToolCall], answer: str) -> 
     """A heartbeat turn that talks, runs a tool, warns, and ends on `answer`; the call is still running after."""
     await rig.store.ensure_session(key, QUIET)
     rig.edge.turn_started(key)
+    rig.edge.model_call_started(key)
     rig.edge.text_delta(key, "Checking the build.")
     rig.edge.text_done(key)
     rig.edge.calls_started(key, calls)
@@ -293,3 +303,133 @@ async def test_after_a_crash_the_status_message_shows_its_calls_orphaned(rig: Ri
     await restarted.repaint(orphans)
     await rig.slack.wait_for(lambda: "👻" in status.text and "✅" in status.text, WAIT_S)
     assert not any("accessory" in block for block in status.blocks or []), "no Cancel button on a dead call"
+
+
+def _blank_payloads(rig: Rig) -> list[str]:
+    """Every post or edit the fake received with blank text or a block with blank text."""
+    bad = []
+    for call in rig.slack.calls_to("chat.postMessage") + rig.slack.calls_to("chat.update"):
+        blocks = call.params.get("blocks") or []
+        texts = [str(block.get("text") or "") for block in blocks if block.get("type") == "markdown"]
+        if not str(call.params.get("text") or "").strip() or not all(t.strip() for t in texts):
+            bad.append(f"{call.method} {call.params!r:.200}")
+    return bad
+
+
+async def test_no_post_or_edit_is_ever_empty(rig: Rig) -> None:
+    """The answer that once made `chat.update` send `text: ""` with an empty markdown block, streamed and whole."""
+    text = "intro " * 420 + "\n\n   \n" + "y" * 5000
+    for start in range(0, len(text), 700):
+        rig.edge.text_delta(KEY, text[start : start + 700])
+    rig.edge.text_done(KEY)
+    await rig.settle()
+    assert _blank_payloads(rig) == []
+    assert "".join(post.text for post in rig.posts()).replace(" ", "") == text.replace(" ", "").replace("\n", "")
+
+
+async def test_the_last_guard_refuses_empty_messages(rig: Rig) -> None:
+    assert await rig.edge.post(KEY, "  \n", [{"type": "markdown", "text": " "}]) is None
+    rig.edits.update("C1", rig.root, text="", blocks=[{"type": "markdown", "text": "\n"}], final=True)
+    where = await rig.edge.post(KEY, "", [{"type": "markdown", "text": "shown"}, {"type": "markdown", "text": ""}])
+    await rig.settle()
+    assert where is not None and rig.slack.calls_to("chat.update") == []
+    [call] = rig.slack.calls_to("chat.postMessage")
+    assert (call.params["text"], call.params["blocks"]) == ("shown", [{"type": "markdown", "text": "shown"}])
+
+
+BROADCASTS = "<!channel> <!here|here> <!everyone> <!subteam^S0123|@oncall> @channel @here @everyone <@U999>"
+_LIVE_MENTION = re.compile(r"<[!@][^>]*>|@(?:channel|here|everyone)\b", re.IGNORECASE)
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for item in value.values() for s in _strings(item)]
+    if isinstance(value, list):
+        return [s for item in value for s in _strings(item)]
+    return []
+
+
+def _live_mentions(rig: Rig) -> list[str]:
+    """Every mention Slack would notify for, in the text and blocks of every post and edit the fake received."""
+    found = []
+    for call in rig.slack.calls_to("chat.postMessage") + rig.slack.calls_to("chat.update"):
+        for string in _strings(call.params.get("text")) + _strings(call.params.get("blocks")):
+            found += _LIVE_MENTION.findall(string)
+    return found
+
+
+async def test_mentions_in_model_text_tool_output_and_reminders_notify_nobody(rig: Rig) -> None:
+    rig.edge.turn_started(KEY)
+    rig.edge.model_call_started(KEY)
+    rig.edge.text_delta(KEY, f"Answer: {BROADCASTS}")
+    rig.edge.text_done(KEY)
+    call = ToolCall("toolu_m", KEY, "t", "run_command", {"command": f"echo '{BROADCASTS}'"})
+    rig.edge.calls_started(KEY, [call])
+    await rig.slack.wait_for(lambda: len(rig.posts()) == 2, WAIT_S)
+    call.transition(CallStatus.RUNNING)
+    call.add_progress(ProgressKind.LOG, {"line": BROADCASTS})
+    rig.edge.call_changed(call)
+    await rig.slack.wait_for(lambda: "oncall" in rig.posts()[1].text, WAIT_S)
+    call.transition(CallStatus.FAILED)
+    call.error = f"exit 1: {BROADCASTS}"
+    rig.edge.call_changed(call)
+    rig.edge.notice(KEY, f"⚠️ Tool error: {BROADCASTS}")
+    assert await rig.edge.reminder(reminder_post(f"stand-up {BROADCASTS}")) is ReminderOutcome.POSTED
+    rig.edge.turn_finished(TurnOutcome(KEY, text="", cancelled_by="U1"))
+    await rig.settle()
+
+    assert _live_mentions(rig) == ["<@U1>", "<@U1>"], "only the reminder's asker and who stopped the turn"
+    reminder = next(post for post in rig.posts() if "⏰" in post.text)
+    assert reminder.text.startswith("<@U1> ⏰ stand-up")
+    assert "@\u2060oncall" in reminder.text and "@\u2060here" in rig.posts()[0].text  # still readable
+    assert all(c.params.get("parse") == "none" for c in rig.slack.calls_to("chat.postMessage"))
+
+
+async def test_thinking_is_shown_again_for_every_model_call_of_a_turn(rig: Rig) -> None:
+    """Slack clears the indicator on the bot's first post (and after two minutes): each model call sets it anew."""
+    rig.edge.turn_started(KEY)
+    rig.edge.model_call_started(KEY)
+    rig.edge.text_delta(KEY, "Let me check.")
+    rig.edge.text_done(KEY)
+    rig.edge.calls_started(KEY, [ToolCall("toolu_t", KEY, "t", "now", {}, status=CallStatus.COMPLETED)])
+    rig.edge.model_call_started(KEY)
+    rig.edge.text_delta(KEY, "Done.")
+    rig.edge.text_done(KEY)
+    rig.edge.turn_finished(TurnOutcome(KEY, text="Done."))
+    await rig.settle()
+    methods = [c.method for c in rig.slack.calls if c.method in {"chat.postMessage", "assistant.threads.setStatus"}]
+    assert methods == [
+        "assistant.threads.setStatus",
+        "chat.postMessage",
+        "chat.postMessage",
+        "assistant.threads.setStatus",
+        "chat.postMessage",
+    ]
+    assert [status for _, _, status in rig.slack.assistant_statuses] == ["is thinking…", "is thinking…"]
+
+
+def test_the_manifest_needs_no_assistant_scope_or_view() -> None:
+    """Since Slack's 2026-03-05 change `chat:write` covers setStatus; the assistant pane is not used."""
+    manifest = (Path(__file__).resolve().parents[1] / "deploy" / "slack-manifest.yml").read_text()
+    scopes = re.findall(r"^\s+- ([a-z_]+:[a-z_]+)", manifest, re.MULTILINE)
+    assert "chat:write" in scopes and "assistant:write" not in scopes
+    assert "assistant_view" not in manifest
+
+
+async def test_every_update_of_a_status_message_has_new_block_ids(rig: Rig) -> None:
+    call = ToolCall("toolu_r", KEY, "t", "sleep_for", {"seconds": 3})
+    rig.edge.calls_started(KEY, [call])
+    [status] = await rig.slack.wait_for(lambda: rig.posts(), WAIT_S)
+    call.transition(CallStatus.RUNNING)
+    for second in (1, 2):
+        call.add_progress(ProgressKind.PARTIAL, {"message": f"slept {second}s of 3s"})
+        rig.edge.call_changed(call)
+        await rig.slack.wait_for(lambda: f"slept {second}s" in status.text, WAIT_S)  # noqa: B023
+    call.transition(CallStatus.COMPLETED)
+    rig.edge.call_changed(call)
+    await rig.settle()
+    ids = [tuple(block["block_id"] for block in revision.blocks or []) for revision in status.history]
+    assert len(ids) >= 4 and len(set(ids)) == len(ids), ids
+    assert all(block_id.startswith("call:toolu_r:") for revision in ids for block_id in revision)

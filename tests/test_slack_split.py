@@ -6,9 +6,19 @@ import random
 import re
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from bot.slack import reply
-from bot.slack.split import MESSAGE_LIMIT, close_open_fence, is_fence, open_fence, split_text
+from bot.slack.split import (
+    MESSAGE_LIMIT,
+    REOPEN_MAX_CHARS,
+    close_open_fence,
+    is_fence,
+    open_fence,
+    split_chunks,
+    split_text,
+)
 
 
 def normalised(text: str) -> str:
@@ -26,6 +36,22 @@ def without_reopened_fences(chunks: list[str]) -> str:
             lines = lines[:-1]
         pieces.append("\n".join(lines))
     return " ".join(pieces)
+
+
+def assert_rejoins(chunks: list[str], text: str) -> None:
+    """The chunks are the text in order, with only whitespace between them (what a cut may drop), once fence
+    lines are left out of both (the splitter closes and reopens a fence it cuts)."""
+
+    def unfenced(part: str) -> str:
+        return "\n".join(line for line in part.split("\n") if not is_fence(line))
+
+    whole, position = unfenced(text), 0
+    for index, chunk in enumerate(chunks):
+        body = unfenced(chunk).strip()
+        found = whole.find(body, position)
+        assert found >= 0 and not whole[position:found].strip(), f"part {index} is not the text that follows"
+        position = found + len(body)
+    assert not whole[position:].strip(), "text left out after the last part"
 
 
 def _cut_inside(chunk: str) -> bool:
@@ -122,9 +148,9 @@ def test_a_streamed_answer_is_split_again_only_when_it_crosses_into_a_new_part(
 
     def counting_split(text: str) -> list[str]:
         splits.append(len(text))
-        return split_text(text)
+        return split_chunks(text)
 
-    monkeypatch.setattr(reply, "split_text", counting_split)
+    monkeypatch.setattr(reply, "split_chunks", counting_split)
     stream = reply.ReplyStream(post=None, edit=lambda *args: None, enqueue=lambda operation: None)  # type: ignore[arg-type]
     code = "```sql\n" + "\n".join(f"SELECT {i} FROM t;" for i in range(400)) + "\n```\n\n"
     text = paragraphs(150, 120, seed=3) + "\n\n" + code + paragraphs(40, 80, seed=4)
@@ -139,3 +165,58 @@ def test_a_streamed_answer_is_split_again_only_when_it_crosses_into_a_new_part(
     assert stream._chunks == split_text(text)
     assert len(text) > 60_000 and len(stream._chunks) > 15
     assert len(splits) <= 3 * len(stream._chunks), f"{len(splits)} splits for {len(stream._chunks)} parts"
+
+
+def test_blank_lines_at_a_cut_never_make_an_empty_part() -> None:
+    """The case found in a real run: a paragraph cut followed by a whitespace-only line gave a part of length 0."""
+    text = "intro " * 420 + "\n\n   \n" + "y" * 5000
+    chunks = split_text(text)
+    assert all(chunk.strip() for chunk in chunks), [len(chunk) for chunk in chunks]
+    assert_rejoins(chunks, text)
+
+
+# Text made of the pieces that matter to the splitter: words, spaces, line and paragraph breaks, blank lines
+# of spaces, fences (with and without an info string) and lines too long to fit a message.
+_PIECES = st.sampled_from(
+    ["word ", "intro ", " ", "   ", "\n", "\n\n", "\n   \n", "```", "```py", "\n```\n", "y" * 60, "`", "\t"]
+)
+_TEXTS = (
+    st.lists(_PIECES, max_size=120)
+    .map("".join)
+    # An info string longer than a reopened fence keeps is out of scope: its tail would move into the code.
+    .filter(lambda text: all(len(line.strip()) <= REOPEN_MAX_CHARS for line in text.split("\n") if is_fence(line)))
+)
+_LIMITS = st.integers(min_value=40, max_value=400)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=_TEXTS, limit=_LIMITS)
+def test_any_text_splits_into_non_empty_parts_within_the_limit_that_rejoin(text: str, limit: int) -> None:
+    chunks = split_text(text, limit)
+    assert all(chunk.strip() for chunk in chunks), "a part with nothing in it"
+    assert all(len(chunk) <= limit for chunk in chunks)
+    for chunk in chunks[:-1]:
+        assert open_fence(chunk) is None, f"unbalanced fence in {chunk!r}"
+    if chunks:
+        assert (open_fence(chunks[-1]) is None) == (open_fence(text) is None)
+    assert_rejoins(chunks, text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=_TEXTS, limit=_LIMITS, data=st.data())
+def test_any_prefix_splits_into_a_prefix_of_the_split(text: str, limit: int, data: st.DataObject) -> None:
+    """What streaming relies on, blank chunks included: only the last chunk of a prefix can still change."""
+    end = data.draw(st.integers(min_value=0, max_value=len(text)))
+    shorter, longer = split_chunks(text[:end], limit), split_chunks(text, limit)
+    assert longer[: max(0, len(shorter) - 1)] == shorter[:-1]
+    visible_shorter = split_text(text[:end], limit)
+    assert split_text(text, limit)[: max(0, len(visible_shorter) - 1)] == visible_shorter[:-1]
+
+
+@settings(max_examples=100, deadline=None)
+@given(pieces=st.lists(_PIECES, max_size=400))
+def test_a_streamed_answer_keeps_exactly_the_split_of_its_text(pieces: list[str]) -> None:
+    stream = reply.ReplyStream(post=None, edit=lambda *args: None, enqueue=lambda operation: None)  # type: ignore[arg-type]
+    for piece in pieces:
+        stream.add(piece)
+    assert stream._chunks == split_text(stream.text)

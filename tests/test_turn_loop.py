@@ -78,6 +78,11 @@ async def test_tool_turn_text_then_tools_then_answer(core: Core, fake: FakeAnthr
     assert json.loads(tool_results(fake.requests[1])[count["id"]]) == {"words": 3}
     assert output.text(KEY) == "Counting.Three words."
     assert ("calls_started", (KEY, [count["id"]])) in output.events
+    names = [name for name in output.names(KEY) if name in {"model_call_started", "text_delta", "calls_started"}]
+    squeezed = [name for i, name in enumerate(names) if i == 0 or name != names[i - 1]]
+    assert squeezed == ["model_call_started", "text_delta", "calls_started", "model_call_started", "text_delta"], (
+        "the edge hears of each model call before it streams"
+    )
     assert output.statuses(count["id"])[-1] is CallStatus.COMPLETED
     assert fake.rejections == []
 

@@ -219,6 +219,7 @@ class TurnRunner:
         model_request = ModelRequest(
             system=self._system_prompt(key), messages=conversation.messages, tools=toolbox.specs(), billing=billing
         )
+        self._output.model_call_started(key)
         ask = asyncio.ensure_future(
             self._provider.complete(model_request, on_text=lambda delta: self._output.text_delta(key, delta))
         )

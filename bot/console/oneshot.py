@@ -36,6 +36,9 @@ class CollectingOutput:
         if self.text and not self.text[-1].endswith("\n"):
             self.text.append("\n")
 
+    def model_call_started(self, session_key: str) -> None:
+        pass
+
     def text_delta(self, session_key: str, delta: str) -> None:
         self.text.append(delta)
 

@@ -21,6 +21,9 @@ class ConsoleOutput:
     def turn_started(self, session_key: str) -> None:
         self._in_text = False
 
+    def model_call_started(self, session_key: str) -> None:
+        """Nothing to show: the terminal prints the answer as it streams."""
+
     def text_delta(self, session_key: str, delta: str) -> None:
         if not self._in_text:
             self._write("assistant: ")

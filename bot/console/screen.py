@@ -94,6 +94,9 @@ class TerminalOutput:
         self._turns.add(session_key)
         self._refresh()
 
+    def model_call_started(self, session_key: str) -> None:
+        """Nothing to do: the thinking indicator follows `WatchedProvider`, which also sees each request end."""
+
     def text_delta(self, session_key: str, delta: str) -> None:
         row = (self._row if self._row is not None else ANSWER_PREFIX) + delta
         *finished, row = row.split("\n")

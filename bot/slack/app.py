@@ -35,8 +35,18 @@ from bot.slack.render import CANCEL_ACTION
 log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_S = 30
+"""The bound on every Slack Web API call, connection and answer included."""
 RATE_LIMIT_RETRIES = 3
 SERVER_ERROR_RETRIES = 2
+
+
+def slack_http_session(timeout_s: float = REQUEST_TIMEOUT_S) -> aiohttp.ClientSession:
+    """The aiohttp session Slack clients share (make it inside the running loop), every request bounded.
+
+    slack_sdk applies its own `timeout` only to sessions it opens itself; a session handed in keeps its own
+    timeout, and aiohttp's default is 300 s, long enough for one stalled call to freeze whatever waits on it.
+    """
+    return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s))
 
 
 def build_client(
@@ -44,13 +54,16 @@ def build_client(
 ) -> AsyncWebClient:
     """A Web API client pointed at `SLACK_API_URL`, retrying 429s (per Retry-After) and 5xx itself.
 
-    Pass a `session` (made inside the running loop): without one, slack_sdk opens a new aiohttp session,
-    and a new connection, for every call, which under load costs more than the calls themselves.
+    Pass a `session` from `slack_http_session()`: without one, slack_sdk opens a new aiohttp session, and a new
+    connection, for every call, which under load costs more than the calls themselves. A session without a
+    bounded total timeout is refused, since slack_sdk would not bound its calls (see `slack_http_session`).
     `retry_rate_limits=False` is for the `EditScheduler`: it must see every 429 itself, to pause all edits,
     instead of having one slept out inside a call while its single worker, and every edit, waits blindly.
     """
     if settings.slack_bot_token is None:
         raise ConfigError("SLACK_BOT_TOKEN: required for run (the bot token, xoxb-…)")
+    if session is not None and not 0 < (session.timeout.total or 0) <= REQUEST_TIMEOUT_S:
+        raise ValueError(f"a Slack client's session needs a total timeout of at most {REQUEST_TIMEOUT_S}s")
     base_url = settings.slack_api_url if settings.slack_api_url.endswith("/") else settings.slack_api_url + "/"
     client = AsyncWebClient(
         token=settings.slack_bot_token.get_secret_value(),

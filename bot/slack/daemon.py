@@ -16,7 +16,6 @@ import logging
 import signal
 from collections.abc import Callable
 
-import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_sdk.web.async_client import AsyncWebClient
@@ -26,14 +25,16 @@ from bot.app import Core, open_core
 from bot.config import Settings
 from bot.errors import ConfigError, ThreadbotError
 from bot.schedule.heartbeat import HEARTBEAT_SESSION_PREFIX
-from bot.slack.app import Identity, Ingress, build_app, build_client, check_app_token, identify
+from bot.slack.app import Identity, Ingress, build_app, build_client, check_app_token, identify, slack_http_session
 from bot.slack.cancel import Canceller
 from bot.slack.edits import EditScheduler
 from bot.slack.events import MessageRouter
 from bot.slack.filters import SESSION_PREFIX
 from bot.slack.health import SocketHealth, daemon_health
+from bot.slack.journal import FinalJournal
 from bot.slack.metrics import Metrics
 from bot.slack.output import SlackEdge
+from bot.slack.posts import PostQueue
 from bot.slack.tokens import token_problem
 
 log = logging.getLogger(__name__)
@@ -54,13 +55,15 @@ async def serve(settings: Settings, *, port: int) -> None:
         raise ConfigError("SLACK_SIGNING_SECRET: required in HTTP mode (or set SLACK_APP_TOKEN for Socket Mode)")
     if (problem := token_problem(settings)) is not None:
         raise ConfigError(problem)
-    async with aiohttp.ClientSession() as session:
+    async with slack_http_session() as session:
         client = build_client(settings, session)
         me = await identify(client)
-        edits = EditScheduler(build_client(settings, session, retry_rate_limits=False))
+        pacing_client = build_client(settings, session, retry_rate_limits=False)
+        edits = EditScheduler(pacing_client)
+        posts = PostQueue(pacing_client)
         signals = _Signals(asyncio.get_running_loop())
         try:
-            await _run(settings, client, edits, me, app_token, port, signals.stopping)
+            await _run(settings, client, edits, posts, me, app_token, port, signals.stopping)
         except asyncio.CancelledError:
             if not signals.forced:
                 raise
@@ -74,21 +77,27 @@ async def _run(
     settings: Settings,
     client: AsyncWebClient,
     edits: EditScheduler,
+    posts: PostQueue,
     me: Identity,
     app_token: str | None,
     port: int,
     stopping: asyncio.Event,
 ) -> None:
-    """`edits` has a client of its own, on the same connection pool, without the 429 retries (see `build_client`);
-    every other Slack call goes through `client`."""
+    """`edits` and `posts` have a client of their own, on the same connection pool, without the 429 retries (see
+    `build_client`); every other Slack call goes through `client`."""
     metrics = Metrics()
     async with contextlib.AsyncExitStack() as stack:
         await edits.start()
         stack.push_async_callback(edits.close, EDITS_FLUSH_S)
-        edge = SlackEdge(client, edits, team_id=me.team_id, metrics=metrics)
+        edge = SlackEdge(client, edits, team_id=me.team_id, metrics=metrics, posts=posts)
 
         def owns(key: str) -> bool:
             return key.startswith((SESSION_PREFIX, HEARTBEAT_SESSION_PREFIX))
+
+        async def flush_slack() -> None:
+            """While the store is open: what is not delivered by then stays owed in it, for the next start."""
+            await edge.close(EDGE_DRAIN_S)
+            await edits.close(EDITS_FLUSH_S)
 
         core = await stack.enter_async_context(
             open_core(
@@ -97,10 +106,12 @@ async def _run(
                 user_timezone=edge.user_timezone,
                 owns=owns,
                 # Posts the shutdown itself queued (cancelled calls) still record where they went.
-                before_store_closes=lambda: edge.close(EDGE_DRAIN_S),
+                before_store_closes=flush_slack,
             )
         )
         edge.attach(core.store)
+        edits.keep_finals(FinalJournal(core.store))
+        await edge.resume()
         await edge.repaint(core.orphans)
         await core.engine.resume(owns)  # before new events: what was acked before the restart goes first
         ingress = _ingress(settings, client, core, edge, me, metrics)
@@ -170,6 +181,8 @@ def _gauges(metrics: Metrics, core: Core, edge: SlackEdge, edits: EditScheduler,
     metrics.gauge("slack_edits_coalesced", "edits replaced by a newer state", lambda: edits.stats.coalesced)
     metrics.gauge("slack_edits_rate_limited", "chat.update 429s", lambda: edits.stats.rate_limited)
     metrics.gauge("slack_edits_gone", "edits dropped: message gone", lambda: edits.stats.gone)
+    metrics.gauge("slack_edits_timed_out", "chat.update calls unanswered in time", lambda: edits.stats.timed_out)
+    metrics.gauge("slack_posts_owed", "posts kept in the outbox until Slack has them", lambda: edge.outbox_owed)
     _token_counters(metrics, core)
 
 

@@ -5,17 +5,20 @@ in each renderer would still add up to 429s. Here each message keeps only its ne
 message are spaced, a token bucket keeps the whole process under the rate, a 429 pauses every edit until its
 ``Retry-After``, and a final state is retried until it lands or Slack says the message is gone.
 
-One call is in flight at a time, on purpose: the budget (about one a second) is far below what latency allows,
-and edits of one message can never overtake each other. The client given here should not have slack_sdk's
-``AsyncRateLimitErrorRetryHandler`` (the daemon's has not): that handler would sleep out a 429 inside the call,
-blocking the one worker blind, and only hand over the 429s it gave up on; here every 429 pauses every edit for
-its ``Retry-After``, drains the bucket, and the state that got it goes back in line with its priority.
+A few calls may be in flight at once, each for a different message and each bounded by ``call_timeout_s``: one
+call that Slack never answers then holds up only its own message (it is retried when its time is up), not every
+edit of the process. Edits of one message never overlap, so they cannot overtake each other. The client given
+here should not have slack_sdk's ``AsyncRateLimitErrorRetryHandler`` (the daemon's has not): that handler would
+sleep out a 429 inside the call, blind to the pause, and only hand over the 429s it gave up on; here every 429
+pauses every edit for its ``Retry-After``, drains the bucket, and the state that got it goes back in line with
+its priority.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import time
@@ -27,6 +30,10 @@ from typing import Any
 import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slack.journal import FinalJournal
+from bot.slack.render import EmptyMessage, sendable
+from bot.store import OwedMessage
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +49,10 @@ BACKOFF_BASE_S = 0.25
 BACKOFF_MAX_S = 30.0
 # How many finalised messages to remember, so a late progress update cannot overwrite a final one.
 FINAL_MEMORY = 4096
+MAX_IN_FLIGHT = 4
+"""Edits on the wire at once: enough that a stalled call does not stop the others, few enough to stay polite."""
+CALL_TIMEOUT_S = 10.0
+"""An edit Slack has not answered by then is given up for now and retried (an edit is safe to repeat)."""
 
 
 @dataclass
@@ -51,7 +62,8 @@ class EditStats:
     sent: int = 0  # chat.update calls that landed
     coalesced: int = 0  # unsent states replaced by a newer state of the same message
     rate_limited: int = 0  # 429s that reached us (all of them, with a client without the SDK's 429 retries)
-    retried: int = 0  # failed attempts queued again (429, 5xx, network, rejected finals)
+    retried: int = 0  # failed attempts queued again (429, 5xx, network, timeouts, rejected finals)
+    timed_out: int = 0  # calls Slack did not answer within call_timeout_s
     dropped_nonfinal: int = 0  # non-final states given up: rejected, after the message's final, or at close()
     gone: int = 0  # states given up because the message can no longer be edited (final or not)
 
@@ -64,6 +76,7 @@ class _Edit:
     blocks: list[dict[str, Any]] | None
     final: bool
     since: float  # when this message started waiting: the longest wait goes first
+    final_at: float  # when its final state was first asked for: among finals, the oldest goes first
     not_before: float  # backoff after a failure
     attempts: int = 0
 
@@ -106,11 +119,20 @@ class EditScheduler:
         per_minute: float = 50,
         burst: int = 10,
         min_interval_s: float = 1.0,
+        max_in_flight: int = MAX_IN_FLIGHT,
+        call_timeout_s: float = CALL_TIMEOUT_S,
+        journal: FinalJournal | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """With a `journal`, every final state is also written to the store until Slack shows it (see journal.py)."""
         self.stats = EditStats()
+        self._journal = journal
         self._client = client
         self._min_interval_s = min_interval_s
+        self._max_in_flight = max_in_flight
+        self._call_timeout_s = call_timeout_s
+        self._in_flight: dict[Key, asyncio.Task[None]] = {}
+        self._on_wire: dict[Key, _Edit] = {}
         self._clock = clock
         self._bucket = TokenBucket(per_minute / 60.0, burst, clock())
         self._pending: dict[Key, _Edit] = {}
@@ -131,6 +153,11 @@ class EditScheduler:
         ``final=True`` is the message's last word: it is retried until it lands (or the message is gone), and
         later non-final states of that message are ignored, so a late progress tick cannot undo "done". A newer
         final still replaces it."""
+        try:
+            text, blocks = sendable(text, blocks)
+        except EmptyMessage:
+            log.error("not editing %s/%s into an empty message", channel, ts)
+            return
         key = (channel, ts)
         old = self._pending.get(key)
         if not final and (self._closing or key in self._finalized or (old is not None and old.final)):
@@ -146,16 +173,29 @@ class EditScheduler:
             blocks,
             final,
             since=old.since if old else now,
+            final_at=old.final_at if old and old.final else now,
             not_before=old.not_before if old else now,
             attempts=old.attempts if old else 0,
         )
         if final:
+            if self._journal is not None:
+                self._journal.owe(channel, ts, text, blocks)
             self._finalized[key] = None
             self._finalized.move_to_end(key)
             if len(self._finalized) > FINAL_MEMORY:
                 self._finalized.popitem(last=False)
         self._idle.clear()
         self._wake.set()
+
+    def keep_finals(self, journal: FinalJournal) -> None:
+        """From now on, write every final state to `journal` until Slack shows it (the store opens after us)."""
+        self._journal = journal
+
+    def resume(self, owed: list[OwedMessage]) -> None:
+        """At start: the final states a previous process recorded but never got onto Slack, in line again."""
+        for message in owed:
+            if message.ts is not None:
+                self.update(message.channel, message.ts, text=message.text, blocks=message.blocks, final=True)
 
     async def start(self) -> None:
         """Start the worker in the running loop (not in ``__init__``: the loop may not exist yet)."""
@@ -165,7 +205,11 @@ class EditScheduler:
             self._task = asyncio.create_task(self._run(), name="slack-edit-scheduler")
 
     async def close(self, timeout_s: float = 10.0) -> None:
-        """Drop pending progress, flush pending finals within ``timeout_s`` (still within the budget), stop."""
+        """Drop pending progress, flush pending finals within ``timeout_s`` (still within the budget), stop.
+
+        Once closed, closing again does nothing."""
+        if self._closing:
+            return
         self._closing = True
         for key, edit in list(self._pending.items()):
             if not edit.final:
@@ -179,12 +223,24 @@ class EditScheduler:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        calls = list(self._in_flight.values())
+        for call in calls:
+            call.cancel()
+        await asyncio.gather(*calls, return_exceptions=True)
         if self._pending:
-            log.warning("shutting down with %d final message edits undelivered", len(self._pending))
+            kept = "kept in the store for the next start" if self._journal is not None else "lost"
+            log.warning("shutting down with %d final message edits undelivered (%s)", len(self._pending), kept)
+        if self._journal is not None:
+            await self._journal.close(timeout_s)
         self._idle.set()
 
+    def owes_final(self, channel: str, ts: str) -> bool:
+        """Whether a final state of this message is recorded but not shown yet."""
+        key = (channel, ts)
+        return any(e is not None and e.final for e in (self._pending.get(key), self._on_wire.get(key)))
+
     async def idle(self, timeout_s: float | None = None) -> None:
-        """Wait until nothing is pending or in flight; TimeoutError after ``timeout_s``."""
+        """Wait until nothing is pending or on the wire; TimeoutError after ``timeout_s``."""
         await asyncio.wait_for(self._idle.wait(), timeout_s)
 
     # ---- the worker ------------------------------------------------------------------------------------------
@@ -195,38 +251,58 @@ class EditScheduler:
         last = self._last_sent.get((edit.channel, edit.ts))
         return edit.not_before if last is None else max(edit.not_before, last + self._min_interval_s)
 
+    def _waiting(self) -> list[_Edit]:
+        """Pending states whose message has no call on the wire (a message's edits never overlap)."""
+        return [e for key, e in self._pending.items() if key not in self._in_flight]
+
     def _due_in(self, now: float) -> float | None:
-        """Seconds until the next edit may go (0: now); None when nothing is pending."""
-        if not self._pending:
+        """Seconds until the next edit may go (0: now); None when nothing can go before a call ends."""
+        waiting = self._waiting()
+        if not waiting or len(self._in_flight) >= self._max_in_flight:
             return None
-        soonest = min(self._ready_at(e) for e in self._pending.values())
+        soonest = min(self._ready_at(e) for e in waiting)
         return max(0.0, self._paused_until - now, self._bucket.wait_s(now), soonest - now)
 
     def _pick(self, now: float) -> _Edit:
-        """Finals before progress, then the message that has waited longest (fairness across threads)."""
-        due = (e for e in self._pending.values() if self._ready_at(e) <= now)
-        edit = min(due, key=lambda e: (not e.final, e.since))
+        """Finals before progress, the oldest final first (so no final waits longer than it must), then the
+        message whose progress has waited longest (fairness across threads)."""
+        due = (e for e in self._waiting() if self._ready_at(e) <= now)
+        edit = min(due, key=lambda e: (not e.final, e.final_at if e.final else e.since))
         del self._pending[(edit.channel, edit.ts)]
         return edit
 
     async def _run(self) -> None:
-        """Sleep on the wake event or until the next edit is due; there is no polling tick."""
+        """Sleep on the wake event (a new state, a call ending) or until the next edit is due; no polling tick."""
         while True:
             self._wake.clear()
-            delay = self._due_in(self._clock())
+            now = self._clock()
+            delay = self._due_in(now)
             if delay is None:
-                self._idle.set()
+                if not self._pending and not self._in_flight:
+                    self._idle.set()
                 await self._wake.wait()
             elif delay > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), delay)
             else:
-                await self._send(self._pick(self._clock()))
+                edit = self._pick(now)
+                self._bucket.take(now)
+                key = (edit.channel, edit.ts)
+                call = asyncio.create_task(self._send(edit), name=f"slack-edit:{edit.channel}/{edit.ts}")
+                self._in_flight[key], self._on_wire[key] = call, edit
+                call.add_done_callback(functools.partial(self._landed, key))
+
+    def _landed(self, key: Key, _call: asyncio.Task[None]) -> None:
+        self._in_flight.pop(key, None)
+        self._on_wire.pop(key, None)
+        self._wake.set()
 
     async def _send(self, edit: _Edit) -> None:
-        self._bucket.take(self._clock())
         try:
-            await self._client.chat_update(channel=edit.channel, ts=edit.ts, text=edit.text, blocks=edit.blocks)
+            async with asyncio.timeout(self._call_timeout_s):
+                await self._client.chat_update(
+                    channel=edit.channel, ts=edit.ts, text=edit.text, blocks=edit.blocks, parse="none", link_names=False
+                )
         except SlackApiError as exc:
             self._on_api_error(edit, exc)
         except asyncio.CancelledError:
@@ -236,15 +312,23 @@ class EditScheduler:
             else:
                 self.stats.dropped_nonfinal += 1
             raise
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        except TimeoutError:
+            self.stats.timed_out += 1
+            log.warning(
+                "chat.update %s/%s: no answer within %.0fs; retrying", edit.channel, edit.ts, self._call_timeout_s
+            )
+            self._requeue(edit, backoff=True)
+        except (aiohttp.ClientError, OSError) as exc:
             log.warning("chat.update %s/%s failed (%r); retrying", edit.channel, edit.ts, exc)
             self._requeue(edit, backoff=True)
-        except Exception:  # a bug or an SDK surprise must neither kill the only worker nor lose a final
+        except Exception:  # a bug or an SDK surprise must neither kill the worker nor lose a final
             log.exception("chat.update %s/%s raised unexpectedly; retrying", edit.channel, edit.ts)
             self._requeue(edit, backoff=True)
         else:
             now = self._clock()
             self.stats.sent += 1
+            if edit.final and self._journal is not None:
+                self._journal.settle(edit.channel, edit.ts, edit.text)
             self._last_sent = {k: t for k, t in self._last_sent.items() if t > now - self._min_interval_s}
             self._last_sent[(edit.channel, edit.ts)] = now
 
@@ -254,7 +338,7 @@ class EditScheduler:
         error = data.get("error") if isinstance(data, dict) else None
         where = f"{edit.channel}/{edit.ts}"
         if status == 429:
-            pause_s = _retry_after_s(exc.response.headers)
+            pause_s = retry_after_s(exc.response.headers)
             now = self._clock()
             self.stats.rate_limited += 1
             self._paused_until = max(self._paused_until, now + pause_s)
@@ -266,6 +350,8 @@ class EditScheduler:
             self._requeue(edit, backoff=True)
         elif error in GONE_ERRORS:
             self.stats.gone += 1
+            if self._journal is not None:
+                self._journal.settle(edit.channel, edit.ts, None)
             log.info("chat.update %s: %s; giving up on this message", where, error)
         elif edit.final:
             log.error("chat.update %s rejected a final state (%s); retrying with backoff", where, error)
@@ -288,11 +374,13 @@ class EditScheduler:
             return
         self.stats.coalesced += 1
         newer.since = min(newer.since, edit.since)
+        if edit.final and newer.final:
+            newer.final_at = min(newer.final_at, edit.final_at)
         newer.not_before = max(newer.not_before, edit.not_before)
         newer.attempts = edit.attempts
 
 
-def _retry_after_s(headers: Mapping[str, str]) -> float:
+def retry_after_s(headers: Mapping[str, str]) -> float:
     """Slack sends whole seconds; anything unreadable means 1 s rather than no pause at all."""
     try:
         return max(1.0, float(headers.get("Retry-After", "1")))

@@ -9,25 +9,42 @@ message started which turn.
 What it knows of each session (its address, who asks there, a heartbeat thread
 opened by its first post) is kept in `Sessions`; how a heartbeat turn stays silent
 until it has something to say, in `QuietHold`.
+
+Posts go through the `PostQueue` (paced per channel). A message's last word (a
+notice, a reminder, a complete answer part, a final status) is owed: written to the
+store before it is tried and delivered by the `Outbox` if Slack does not take it
+now, after a restart included. Final edits are kept the same way by the
+`EditScheduler`'s journal.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
-import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.calls.models import ToolCall
 from bot.slack.edits import EditScheduler
 from bot.slack.metrics import Metrics
+from bot.slack.outbox import Outbox, marker
+from bot.slack.posts import PostFailed, PostQueue, PostRejected
 from bot.slack.queues import Operation, SerialQueues
 from bot.slack.quiet import QuietHold
 from bot.slack.reminder_post import post_reminder
-from bot.slack.render import Block, reminder_text, status_message, who
+from bot.slack.render import (
+    Block,
+    EmptyMessage,
+    defuse,
+    outcomes_block,
+    reminder_text,
+    sendable,
+    status_message,
+    who,
+)
 from bot.slack.reply import FIRST_POST_WAIT_S, ReplyStream
 from bot.slack.sessions import Sessions
 from bot.slack.status import StatusBoard, StatusMessage
@@ -51,9 +68,13 @@ class SlackEdge:
         *,
         team_id: str = "",
         metrics: Metrics | None = None,
+        posts: PostQueue | None = None,
         first_post_wait_s: float = FIRST_POST_WAIT_S,
     ) -> None:
+        """`posts` should use a client without the SDK's 429 retries (see `build_client`); by default, `client`."""
         self._client = client
+        self._posts = posts or PostQueue(client)
+        self._outbox: Outbox | None = None
         self._first_post_wait_s = first_post_wait_s
         self._edits = edits
         self._metrics = metrics or Metrics()
@@ -61,17 +82,34 @@ class SlackEdge:
         self._queues = SerialQueues()
         self._sessions = Sessions(client, team_id=team_id)
         self._status_available = True
-        self.board = StatusBoard(self._edit)
+        self.board = StatusBoard(self._edit, repost=self._repost_status)
         self._quiet = QuietHold(self._sessions, abandon=self.board.abandon)
 
     def attach(self, store: Store) -> None:
         self._store = store
         self._sessions.attach(store)
+        self._outbox = Outbox(store, self._posts, self._client)
+
+    async def resume(self) -> None:
+        """At start: deliver what a previous process owed Slack (posts through the outbox, final edits queued)."""
+        if self._outbox is not None:
+            self._edits.resume(await self._outbox.start())
+
+    @property
+    def outbox(self) -> Outbox | None:
+        return self._outbox
+
+    @property
+    def outbox_owed(self) -> int:
+        return self._outbox.owed if self._outbox is not None else 0
 
     # -- EngineOutput -----------------------------------------------------------------------
 
     def turn_started(self, session_key: str) -> None:
         self._put(session_key, lambda: self._quiet.hold_if_quiet(session_key), holdable=False)
+
+    def model_call_started(self, session_key: str) -> None:
+        """Slack clears "is thinking…" when the bot posts and after two minutes: set it again for every call."""
         self._put(session_key, lambda: self._set_thinking(session_key, True))
 
     def text_delta(self, session_key: str, delta: str) -> None:
@@ -91,7 +129,8 @@ class SlackEdge:
         self.board.changed(call)
 
     def notice(self, session_key: str, text: str) -> None:
-        self._put(session_key, lambda: self._post_line(session_key, text))
+        """The engine's line may quote the model or a tool (an error message): its mentions are made inert."""
+        self._notice(session_key, defuse(text))
 
     async def reminder(self, post: ReminderPost) -> ReminderOutcome:
         """Mentions whoever asked for it (else the session's latest speaker, for rows stored without one).
@@ -110,7 +149,7 @@ class SlackEdge:
                 return ReminderOutcome.UNDELIVERABLE
             text = reminder_text(post.text, post.requester or await self._sessions.asker(key))
             outcome, ts = await post_reminder(
-                self._client, channel=address.channel, thread_ts=address.thread_ts, text=text, post=post
+                self._client, self._posts, channel=address.channel, thread_ts=address.thread_ts, text=text, post=post
             )
             if outcome is not ReminderOutcome.POSTED:
                 self._metrics.inc("slack_errors_total")
@@ -139,40 +178,71 @@ class SlackEdge:
         key = outcome.session_key
         self.text_done(key)  # a turn cancelled mid-answer never said text_done: seal what was shown
         if outcome.cancelled_by:
-            self.notice(key, f"🛑 Stopped by {who(outcome.cancelled_by)}.")
+            self._notice(key, f"🛑 Stopped by {who(outcome.cancelled_by)}.")
         self._put(key, lambda: self._set_thinking(key, False))
         self._put(key, lambda: self._quiet.release(key, outcome.text), holdable=False)
 
     # -- posting ----------------------------------------------------------------------------
 
-    async def post(self, key: str, text: str, blocks: list[Block] | None = None) -> tuple[str, str] | None:
-        """Post in the session's thread, opening it first for a heartbeat session; (channel, ts) or None.
+    async def post(
+        self,
+        key: str,
+        text: str,
+        blocks: list[Block] | None = None,
+        *,
+        metadata: dict[str, Any] | None = None,
+        owed: bool = False,
+    ) -> tuple[str, str] | None:
+        """Post in the session's thread, opening it first for a heartbeat session; (channel, ts), or None.
 
-        Runs inside the session's queue, so a heartbeat thread is opened exactly once.
+        `owed`: the message's last word, kept in the store until Slack has it (None then means the outbox
+        delivers it). A message not owed that does not land is left to its caller. While the session has owed
+        posts waiting, later ones wait behind them, so they keep their order. `metadata` goes to Slack as given
+        (a reminder marks its posts with it). Runs inside the session's queue, so a heartbeat thread is opened
+        exactly once.
         """
         address = await self._sessions.address(key)
         if address is None:
             log.warning("no Slack address for session %s; dropping a message", key)
             return None
         try:
-            response = await self._client.chat_postMessage(
+            text, blocks = sendable(text, blocks)
+        except EmptyMessage:
+            log.error("not posting an empty message in %s", key)
+            return None
+        outbox = self._outbox
+        post_id: int | None = None
+        if owed and outbox is not None:
+            post_id = await outbox.owe(key, address.channel, address.thread_ts, text, blocks, metadata)
+        if outbox is not None and outbox.backlogged(key):
+            if post_id is not None:
+                outbox.handed_over(key, post_id, tried=False)
+            return None
+        try:
+            ts = await self._posts.post(
                 channel=address.channel,
                 thread_ts=address.thread_ts,
                 text=text,
                 blocks=blocks,
-                unfurl_links=False,
-                unfurl_media=False,
+                metadata=metadata or (marker(post_id) if post_id is not None else None),
             )
-        except SlackApiError as exc:
+        except PostRejected as exc:
             self._metrics.inc("slack_errors_total")
-            log.warning("chat.postMessage in %s failed: %s", key, exc.response.get("error"))
+            log.error("chat.postMessage in %s refused (%s); not posted", key, exc.error)
+            if post_id is not None and outbox is not None:
+                await outbox.settle(post_id)
             return None
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:  # still failing after the client's retries
+        except PostFailed as exc:
             self._metrics.inc("slack_errors_total")
-            log.warning("chat.postMessage in %s failed: %r", key, exc)
+            if post_id is not None and outbox is not None:
+                log.warning("chat.postMessage in %s: %s; the outbox will deliver it", key, exc)
+                outbox.handed_over(key, post_id, tried=True)
+            else:
+                log.warning("chat.postMessage in %s: %s; its final state will be posted instead", key, exc)
             return None
+        if post_id is not None and outbox is not None:
+            await outbox.settle(post_id)
         self._metrics.inc("slack_posts_total")
-        ts = str(response["ts"])
         address.thinking = False  # Slack clears the status when the bot posts
         if address.thread_ts is None:
             await self._sessions.open_thread(key, address, ts)
@@ -184,7 +254,8 @@ class SlackEdge:
             return
         for place, calls in (await self._store.displays_of([call.id for call in orphans])).items():
             channel, _, ts = place.partition(":")
-            text, blocks = status_message(calls)
+            # A new process knows nothing of the ids shown: a revision of its own, unlike any number before.
+            text, blocks = status_message(calls, revision=f"r{time.time_ns()}")
             self._edit(channel, ts, text, blocks, True)
 
     async def close(self, timeout_s: float = 10.0) -> None:
@@ -193,6 +264,9 @@ class SlackEdge:
             self.text_done(key)
         if not await self._queues.drain(timeout_s):
             log.warning("shut down with Slack posts still queued")
+        if self._outbox is not None:
+            await self._outbox.idle(timeout_s / 2)
+            await self._outbox.close()
 
     @property
     def busy_sessions(self) -> int:
@@ -228,10 +302,11 @@ class SlackEdge:
         session = self._sessions.get(key)
         if session.reply is None:
             session.reply = ReplyStream(
-                post=lambda text, blocks: self.post(key, text, blocks),
+                post=lambda text, blocks, owed: self.post(key, text, blocks, owed=owed),
                 edit=self._edit,
                 enqueue=lambda operation: self._put(key, operation),
                 quiet=lambda: session.address.quiet_reply if session.address else None,
+                outcomes=lambda: self._outcomes(key),
                 first_post_wait_s=self._first_post_wait_s,
             )
         return session.reply
@@ -239,15 +314,25 @@ class SlackEdge:
     def _edit(self, channel: str, ts: str, text: str, blocks: list[Block], final: bool) -> None:
         self._edits.update(channel, ts, text=text, blocks=blocks, final=final)
 
+    def _outcomes(self, key: str) -> Block | None:
+        calls = self.board.awaiting_final(key, self._edits.owes_final)
+        return outcomes_block(calls) if calls else None
+
+    def _repost_status(self, message: StatusMessage) -> None:
+        self._put(message.session_key, lambda: self._post_status(message.session_key, message))
+
     async def _post_status(self, key: str, message: StatusMessage) -> None:
-        await self.board.post(message, lambda text, blocks: self.post(key, text, blocks))
+        await self.board.post(message, lambda text, blocks, owed: self.post(key, text, blocks, owed=owed))
         if message.channel and message.ts and self._store is not None:
             # Remembered so that after a crash the calls it shows can be repainted as orphaned.
             place = f"{message.channel}:{message.ts}"
             await self._store.set_call_display([call.id for call in message.calls], place)
 
+    def _notice(self, key: str, text: str) -> None:
+        self._put(key, lambda: self._post_line(key, text))
+
     async def _post_line(self, key: str, text: str) -> None:
-        await self.post(key, text)
+        await self.post(key, text, owed=True)
 
     async def _set_thinking(self, key: str, on: bool) -> None:
         """Show (or clear) "is thinking…" under the thread; apps without the feature just skip it."""

@@ -19,6 +19,7 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.slack.posts import PostFailed, PostQueue, PostRejected
 from bot.types import ReminderOutcome, ReminderPost
 
 log = logging.getLogger(__name__)
@@ -71,9 +72,16 @@ async def already_posted(client: AsyncWebClient, *, channel: str, thread_ts: str
 
 
 async def post_reminder(
-    client: AsyncWebClient, *, channel: str, thread_ts: str | None, text: str, post: ReminderPost
+    client: AsyncWebClient,
+    posts: PostQueue,
+    *,
+    channel: str,
+    thread_ts: str | None,
+    text: str,
+    post: ReminderPost,
 ) -> tuple[ReminderOutcome, str | None]:
-    """Post (after the check, for a `recheck`); the outcome, and the new message's ts when one was posted."""
+    """Post through the channel's post budget (after the check, for a `recheck`) ; the outcome, and the new
+    message's ts when one was posted. `client` reads the thread."""
     try:
         if (
             post.recheck
@@ -82,14 +90,15 @@ async def post_reminder(
         ):
             log.info("reminder %d was already in %s/%s; not posting it again", post.reminder_id, channel, thread_ts)
             return ReminderOutcome.POSTED, None
-        response = await client.chat_postMessage(
-            channel=channel, thread_ts=thread_ts, text=text, metadata=mark(post), unfurl_links=False, unfurl_media=False
-        )
-    except SlackApiError as exc:
-        error = str(exc.response.get("error"))
+        ts = await posts.post(channel=channel, thread_ts=thread_ts, text=text, metadata=mark(post))
+    except PostRejected as exc:
+        error = str(exc)
         log.warning("reminder %d in %s not posted: %s", post.reminder_id, channel, error)
         return (ReminderOutcome.UNDELIVERABLE if error in PERMANENT_ERRORS else ReminderOutcome.RETRY), None
-    except (aiohttp.ClientError, TimeoutError, OSError) as exc:  # still failing after the client's retries
+    except SlackApiError as exc:  # the thread could not be read
+        log.warning("reminder %d in %s not checked: %s", post.reminder_id, channel, exc.response.get("error"))
+        return ReminderOutcome.RETRY, None
+    except (PostFailed, aiohttp.ClientError, TimeoutError, OSError) as exc:  # still failing after the retries
         log.warning("reminder %d in %s not posted: %r", post.reminder_id, channel, exc)
         return ReminderOutcome.RETRY, None
-    return ReminderOutcome.POSTED, str(response["ts"])
+    return ReminderOutcome.POSTED, ts

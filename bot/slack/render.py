@@ -1,7 +1,9 @@
 """What the Slack edge shows, as pure functions: tool-call status lines, Block Kit, answer messages.
 
 How a call is worded is `bot.calls.summary`'s, shared with the console; this module
-only fits it to mrkdwn (mentions, escaping, code spans). Nothing here does I/O or
+only fits it to mrkdwn (mentions, escaping, code spans). Whatever the model, a tool or
+a reminder wrote goes through `defuse`: `<!here>`, `<!channel>`, `@everyone`, a user
+group or a user mention in it must not notify anyone. Nothing here does I/O or
 keeps state, so every message the bot can post is built (and unit-tested) from a
 value. Answers go out in Slack's `markdown` block, which renders the model's
 Markdown itself: no home-made Markdown→mrkdwn regexes.
@@ -22,8 +24,12 @@ Block = dict[str, Any]
 
 # How what is built here reaches Slack: the edge passes these to the status board and the reply stream,
 # which so never touch the client themselves.
-Post = Callable[[str, list[Block]], Awaitable[tuple[str, str] | None]]
-"""Posts (text, blocks) in the session's thread; returns the new message's (channel, ts), None on failure."""
+Post = Callable[[str, list[Block], bool], Awaitable[tuple[str, str] | None]]
+"""Posts (text, blocks, owed) in the session's thread; returns the new message's (channel, ts), else None.
+
+`owed` marks a message's last word (an answer part that is complete, a final status): if it does not land now,
+the outbox delivers it later, so None means "handed over". A message that is not owed yet and does not land is
+left to its owner, who owes its last word once it has one."""
 Edit = Callable[[str, str, str, list[Block], bool], None]
 """Asks for an edit of (channel, ts, text, blocks, final)."""
 
@@ -33,11 +39,31 @@ MAX_CALL_BLOCKS = 49
 SECTION_MAX_CHARS = 3_000
 
 _USER_ID = re.compile(r"[UW][A-Z0-9]+")
+_JOINER = "\u2060"
+"""WORD JOINER: invisible, and enough to keep `@` and the word apart for Slack's mention parser."""
+_ENCODED_MENTION = re.compile(
+    r"<(?:!(?P<broadcast>channel|here|everyone)|!subteam\^(?P<group>[A-Za-z0-9]+)|@(?P<user>[UW][A-Z0-9]+))"
+    r"(?:\|(?P<label>[^>]*))?>",
+    re.IGNORECASE,
+)
+_BARE_BROADCAST = re.compile(r"@(?=(?:channel|here|everyone)\b)", re.IGNORECASE)
 
 
 def escape(text: str) -> str:
     """Escape the three characters mrkdwn treats as markup (`&`, `<`, `>`)."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def defuse(text: str) -> str:
+    """Text from the model, a tool or a reminder, with every mention made inert: it still reads `@here`,
+    `@channel`, `@team` or `@U123`, but notifies nobody. Only the bot's own mentions (`who`, `reminder_text`)
+    may ping, and they are added after this."""
+
+    def inert(match: re.Match[str]) -> str:
+        label = (match["label"] or "").lstrip("@") or match["broadcast"] or match["group"] or match["user"]
+        return f"@{_JOINER}{label}"
+
+    return _BARE_BROADCAST.sub("@" + _JOINER, _ENCODED_MENTION.sub(inert, text))
 
 
 def who(by: str | None) -> str:
@@ -52,18 +78,24 @@ def call_line(call: ToolCall, now: datetime | None = None) -> str:
 
     A backtick inside the label would end the code span early, so it becomes a quote.
     """
-    label = escape(call_label(call).replace("`", "'"))
-    return f"{icon(call)} `{label}` — {state_text(call, now=now, who=who, text=escape)}"
+    label = defuse(escape(call_label(call).replace("`", "'")))
+    return f"{icon(call)} `{label}` — {state_text(call, now=now, who=who, text=lambda shown: defuse(escape(shown)))}"
 
 
-def status_message(calls: list[ToolCall], now: datetime | None = None) -> tuple[str, list[Block]]:
-    """A tool batch's status message: fallback text, and a section per call with a Cancel button while open."""
+def status_message(
+    calls: list[ToolCall], now: datetime | None = None, *, revision: str = "0"
+) -> tuple[str, list[Block]]:
+    """A tool batch's status message: fallback text, and a section per call with a Cancel button while open.
+
+    Each rendering that replaces an earlier one needs its own `revision`: Slack asks for new `block_id`s when a
+    message is updated (a block kept under its old id may keep its old state in clients).
+    """
     lines = [call_line(call, now) for call in calls]
     blocks: list[Block] = []
     for call, line in zip(calls[:MAX_CALL_BLOCKS], lines, strict=False):
         block: Block = {
             "type": "section",
-            "block_id": f"call:{call.id}"[:255],
+            "block_id": f"call:{call.id}:{revision}"[-255:],
             "text": {"type": "mrkdwn", "text": line[:SECTION_MAX_CHARS]},
         }
         if not call.is_final:
@@ -81,14 +113,52 @@ def status_message(calls: list[ToolCall], now: datetime | None = None) -> tuple[
     return "\n".join(lines)[:SECTION_MAX_CHARS], blocks
 
 
+class EmptyMessage(ValueError):
+    """A message with nothing to show: Slack refuses empty `text` and empty blocks, so it is never sent."""
+
+
+def sendable(text: str, blocks: list[Block] | None) -> tuple[str, list[Block] | None]:
+    """(text, blocks) as Slack accepts them: blank blocks left out, blank text replaced by the blocks' own.
+
+    The last guard before a post or an edit, whatever built the message; raises `EmptyMessage` when nothing is left.
+    """
+    kept = [block for block in blocks or [] if not _blank(block)]
+    if not text.strip():
+        text = next((shown for block in kept if (shown := _block_text(block)).strip()), "")
+    if not text.strip():
+        raise EmptyMessage("a message with no text and no blocks")
+    return text, (kept or None) if blocks is not None else None
+
+
+def _block_text(block: Block) -> str:
+    inner = block.get("text")
+    if isinstance(inner, dict):
+        inner = inner.get("text")
+    return inner if isinstance(inner, str) else ""
+
+
+def _blank(block: Block) -> bool:
+    """A text-carrying block (markdown, section without fields, header) whose text is blank."""
+    if block.get("type") not in {"markdown", "section", "header"} or block.get("fields"):
+        return False
+    return not _block_text(block).strip()
+
+
+def outcomes_block(calls: list[ToolCall]) -> Block:
+    """How an answer's calls ended, for an answer posted while their status message still shows them running."""
+    lines = "\n".join(call_line(call) for call in calls)
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": lines[:SECTION_MAX_CHARS]}]}
+
+
 def answer_message(chunk: str, *, streaming: bool = False) -> tuple[str, list[Block]]:
     """One message of the model's answer: the Markdown in a `markdown` block, and the raw text as fallback.
 
     While streaming, a code fence still open is closed for display, so half an answer renders cleanly.
     """
-    shown = close_open_fence(chunk) if streaming else chunk
+    shown = defuse(close_open_fence(chunk) if streaming else chunk)
     return shown, [{"type": "markdown", "text": shown}]
 
 
 def reminder_text(text: str, requester: str | None) -> str:
-    return f"<@{requester}> ⏰ {text}" if requester else f"⏰ {text}"
+    """The reminder's own words made inert; the one mention that pings is the person who asked for it."""
+    return f"<@{requester}> ⏰ {defuse(text)}" if requester else f"⏰ {defuse(text)}"

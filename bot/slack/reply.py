@@ -1,6 +1,6 @@
 """One streamed answer: posted on its first words, edited in place, split when it outgrows a message.
 
-The answer is a list of Slack messages ("parts"), one per chunk of `split_text`.
+The answer is a list of Slack messages ("parts"), one per non-blank chunk of `split_text`.
 Posting a part is I/O that must keep its order, so it runs as a queued operation
 of the session; editing a part that exists is handed to the `EditScheduler`, which
 spaces and coalesces edits, so text deltas can arrive as fast as the model streams.
@@ -11,13 +11,22 @@ the answer is done.
 The same stability makes the split cheap to keep: while the last chunk plus a delta
 still fits in a message, the split of the longer text is the old one with the delta
 appended to its last chunk, so the text is only split again when it crosses into a
-new part, not on every delta (which made a long answer quadratic).
+new part, not on every delta (which made a long answer quadratic). That holds for
+`split_chunks`, which keeps blank chunks (a blank last one may yet fill up); only
+the chunks with something in them become messages.
 
 The first post waits up to `first_post_wait_s` for the answer to finish: every
 `chat.update` spends a workspace-wide budget of about 50 a minute, and most answers
 take under a second to stream, so they land whole in one post and need no edit at
 all ("is thinking…" shows meanwhile). A longer answer is posted after that wait and
 then edited about once a second.
+
+A part whose post does not land is not lost. A complete part is posted as owed, so
+the outbox delivers it if Slack does not take it now; a part still growing waits
+(`deferred`) for the end of the answer and is then posted, complete, the same way.
+When the answer ends while its calls' final states are still queued behind the edit
+budget, its last part carries those outcomes, so it never sits next to a status
+message that still reads "running".
 
 A quiet session (the heartbeat's) is not streamed: its answer is posted once, when
 done, and not at all if it is exactly the quiet word. Whether a session is quiet is
@@ -33,8 +42,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from bot.slack.render import Edit, Post, answer_message
-from bot.slack.split import MESSAGE_LIMIT, split_text
+from bot.slack.render import Block, Edit, Post, answer_message
+from bot.slack.split import MESSAGE_LIMIT, split_chunks, visible
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +55,8 @@ Enqueue = Callable[[Callable[[], Awaitable[None]]], None]
 
 @dataclass(slots=True)
 class _Part:
-    channel: str
-    ts: str
+    channel: str | None  # None: handed to the outbox, which posts it complete
+    ts: str | None
     shown: str
     final: bool
 
@@ -58,23 +67,26 @@ class ReplyStream:
     edit: Edit
     enqueue: Enqueue
     quiet: Callable[[], str | None] = lambda: None
+    outcomes: Callable[[], Block | None] = lambda: None
     first_post_wait_s: float = FIRST_POST_WAIT_S
     text: str = ""
     done: bool = False
     parts: list[_Part] = field(default_factory=list)
-    _chunks: list[str] = field(default_factory=list)  # split_text(self.text), kept up to date by add()
+    _raw: list[str] = field(default_factory=list)  # split_chunks(self.text), kept up to date by add()
+    _chunks: list[str] = field(default_factory=list)  # the chunks of _raw that are not blank: one message each
     _spoken: bool = False  # anything but whitespace yet
     _finished: asyncio.Event = field(default_factory=asyncio.Event)
     _flush_queued: bool = False
-    _broken: bool = False
+    _deferred: bool = False  # a part still growing did not land: the rest waits for the end of the answer
 
     def add(self, delta: str) -> None:
         self.text += delta
         self._spoken = self._spoken or bool(delta.strip())
-        if self._chunks and len(self._chunks[-1]) + len(delta) <= MESSAGE_LIMIT:
-            self._chunks[-1] += delta
+        if self._raw and len(self._raw[-1]) + len(delta) <= MESSAGE_LIMIT:
+            self._raw[-1] += delta
         else:
-            self._chunks = split_text(self.text)
+            self._raw = split_chunks(self.text)
+        self._chunks = visible(self._raw)
         self._sync()
 
     def finish(self) -> None:
@@ -91,7 +103,7 @@ class ReplyStream:
 
     def _sync(self) -> None:
         """Edit the parts that exist; queue one flush for the parts that do not exist yet."""
-        if self._broken or not self._spoken or self._held_back():
+        if not self._spoken or self._held_back() or (self._deferred and not self.done):
             return
         chunks = self._chunks
         for index, chunk in enumerate(chunks):
@@ -102,9 +114,9 @@ class ReplyStream:
                     self.enqueue(self._flush)
                 return
             part = self.parts[index]
-            if part.final or (part.shown == chunk and not sealed):
+            if part.final or (part.shown == chunk and not sealed) or part.channel is None or part.ts is None:
                 continue
-            text, blocks = answer_message(chunk, streaming=not sealed)
+            text, blocks = self._message(index, chunk, sealed)
             self.edit(part.channel, part.ts, text, blocks, sealed)
             part.shown, part.final = chunk, sealed
 
@@ -121,13 +133,25 @@ class ReplyStream:
                     break
                 chunk = chunks[index]
                 sealed = self.done or index < len(chunks) - 1
-                text, blocks = answer_message(chunk, streaming=not sealed)
-                where = await self.post(text, blocks)
-                if where is None:
-                    log.warning("could not post part %d of an answer; the rest of it is not shown", index + 1)
-                    self._broken = True
-                    return
-                self.parts.append(_Part(*where, chunk, sealed))
+                if self._deferred and not sealed:
+                    break
+                text, blocks = self._message(index, chunk, sealed)
+                where = await self.post(text, blocks, sealed)
+                if where is not None:
+                    self.parts.append(_Part(*where, chunk, sealed))
+                elif sealed:
+                    self.parts.append(_Part(None, None, chunk, True))  # owed: the outbox has it
+                else:
+                    log.warning("part %d of an answer did not land; it is posted when the answer is done", index + 1)
+                    self._deferred = True
+                    break
         finally:
             self._flush_queued = False
         self._sync()
+
+    def _message(self, index: int, chunk: str, sealed: bool) -> tuple[str, list[Block]]:
+        """A part as Slack shows it; the answer's last part, once complete, with the outcomes still unseen."""
+        text, blocks = answer_message(chunk, streaming=not sealed)
+        if self.done and index == len(self._chunks) - 1 and (outcomes := self.outcomes()) is not None:
+            blocks = [*blocks, outcomes]
+        return text, blocks

@@ -7,6 +7,11 @@ space, never inside a code fence. Only a single fence longer than a message is c
 chunk closes the fence and the next one reopens it with the same info string.
 The split of a text's prefix never changes as the text grows, which is what lets
 a streamed answer seal its first messages while the rest is still arriving.
+
+Whitespace at a cut is dropped, so a stretch of blank lines there would leave a
+chunk with nothing in it: Slack refuses such a message (empty `text`, empty
+block). `split_chunks` keeps those blank chunks, so that it stays stable as the
+text grows (a blank last chunk can still fill up); `split_text` leaves them out.
 """
 
 from __future__ import annotations
@@ -18,6 +23,9 @@ MESSAGE_LIMIT = 3_900
 
 FENCE = "```"
 _CLOSE = "\n" + FENCE
+REOPEN_MAX_CHARS = 20
+"""A fence reopened in the next chunk keeps its info string (the language) up to this length; a longer one
+would eat the chunk's room, so it reopens bare."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +67,8 @@ def _scan(text: str, window: int, opened: str | None) -> _Breaks:
         if end > window:
             if opened is None:
                 cut = line.rfind(" ", 0, window - pos)
+                while cut > 0 and is_fence(line[cut + 1 :]):
+                    cut = line.rfind(" ", 0, cut)
                 space = pos + cut if cut > 0 else space
             break
         if is_fence(line):
@@ -88,21 +98,44 @@ def _choose(breaks: _Breaks, limit: int) -> int:
     return breaks.in_fence or breaks.space
 
 
+def _hard_cut(text: str, room: int) -> int:
+    """Where to cut one enormous line: as late as fits, but not where the rest would begin like a fence (it begins
+    a message, so Slack would read it as one)."""
+    cut = room
+    while cut > 1 and is_fence(text[cut:]):
+        cut -= 1
+    return cut
+
+
+def _reopening(info_line: str) -> str:
+    return info_line if len(info_line) <= REOPEN_MAX_CHARS else FENCE
+
+
 def split_text(text: str, limit: int = MESSAGE_LIMIT) -> list[str]:
-    """Split `text` into chunks of at most `limit` characters (see the module doc); never loses text."""
+    """Split `text` into chunks of at most `limit` characters, none of them blank; loses no text but whitespace."""
+    return visible(split_chunks(text, limit))
+
+
+def visible(chunks: list[str]) -> list[str]:
+    """The chunks worth a message: all but the blank ones."""
+    return [chunk for chunk in chunks if chunk.strip()]
+
+
+def split_chunks(text: str, limit: int = MESSAGE_LIMIT) -> list[str]:
+    """`split_text` with its blank chunks left in, so the split of a prefix is a prefix of the split."""
     if limit < 40:
         raise ValueError("limit too small to hold a reopened fence")
     chunks: list[str] = []
     rest = text
     reopen: str | None = None  # info line of a fence cut at the previous chunk's end
     while rest:
-        head = reopen + "\n" if reopen is not None else ""
+        head = _reopening(reopen) + "\n" if reopen is not None else ""
         if len(head) + len(rest) <= limit:
             chunks.append(head + rest)
             break
         room = limit - len(head) - len(_CLOSE)
         breaks = _scan(rest, room, reopen)
-        cut = _choose(breaks, limit - len(head)) or room  # or: one enormous line, cut where it must be
+        cut = _choose(breaks, limit - len(head)) or _hard_cut(rest, room)
         piece, rest = rest[:cut], rest[cut:]
         reopen = open_fence(piece, reopen)
         if reopen is not None:

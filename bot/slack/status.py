@@ -4,15 +4,20 @@ The message is posted as a queued operation of its session and then only edited,
 through the `EditScheduler`, as progress and endings arrive; a call that outlives
 its turn keeps updating the same message. The board also answers "which calls does
 this message show?", which is what a cancel reaction on it needs.
+
+A status message whose post did not land is not given up: it waits (`deferred`)
+until its calls are final, and then its final state is posted as an owed post,
+which the outbox delivers however long Slack takes.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bot.calls.models import ToolCall
-from bot.slack.render import Edit, Post, status_message
+from bot.slack.render import Block, Edit, Post, status_message
 
 REMEMBER_MESSAGES = 2_000
 """Finished status messages remembered for lookups (a late reaction on them is answered, not guessed)."""
@@ -28,6 +33,12 @@ class StatusMessage:
     final: bool = False
     failed: bool = False
     posting: bool = True  # until the post returns, changes are left to the post itself
+    deferred: bool = False  # its post did not land: its final state will be posted instead
+    revision: int = 0  # how many times it was rendered: each rendering gets new block ids
+
+    def render(self) -> tuple[str, list[Block]]:
+        self.revision += 1
+        return status_message(self.calls, revision=str(self.revision))
 
     @property
     def open_calls(self) -> list[ToolCall]:
@@ -35,8 +46,10 @@ class StatusMessage:
 
 
 class StatusBoard:
-    def __init__(self, edit: Edit) -> None:
+    def __init__(self, edit: Edit, repost: Callable[[StatusMessage], None]) -> None:
+        """`repost` queues `post()` again for a deferred message whose calls are now all final."""
         self._edit = edit
+        self._repost = repost
         self._by_call: dict[str, StatusMessage] = {}
         self._by_ts: OrderedDict[tuple[str, str], StatusMessage] = OrderedDict()
 
@@ -49,15 +62,18 @@ class StatusBoard:
 
     async def post(self, message: StatusMessage, poster: Post) -> None:
         """Post the batch as it is now (calls may have moved on since they started), then catch up."""
-        text, blocks = status_message(message.calls)
+        text, blocks = message.render()
         message.final = all(call.is_final for call in message.calls)
         try:
-            where = await poster(text, blocks)
+            where = await poster(text, blocks, message.final)
         finally:
             message.posting = False
         if where is None:
-            message.failed = True
-            self._forget(message)
+            if message.final:  # owed: the outbox delivers it
+                self._forget(message)
+            else:
+                message.deferred = True
+                self._repost_if_final(message)  # its calls may have ended while it was being tried
             return
         channel, ts = where
         message.channel, message.ts, message.shown = channel, ts, text
@@ -71,20 +87,41 @@ class StatusBoard:
     def changed(self, call: ToolCall) -> None:
         """A call moved on: re-render the message that shows it (the scheduler keeps only the newest state)."""
         message = self._by_call.get(call.id)
-        if message is not None and not message.posting:
+        if message is None or message.posting:
+            return
+        if message.deferred:
+            self._repost_if_final(message)
+        else:
             self.refresh(message)
+
+    def _repost_if_final(self, message: StatusMessage) -> None:
+        if all(call.is_final for call in message.calls):
+            message.deferred, message.posting = False, True
+            self._repost(message)
 
     def refresh(self, message: StatusMessage) -> None:
         if message.ts is None or message.channel is None or message.failed:
             return
-        text, blocks = status_message(message.calls)
         final = all(call.is_final for call in message.calls)
+        text, blocks = status_message(message.calls, revision=str(message.revision + 1))
         if text == message.shown and final == message.final:
             return
+        message.revision += 1
         message.shown, message.final = text, final
         self._edit(message.channel, message.ts, text, blocks, final)
         if final:
             self._forget(message)
+
+    def awaiting_final(self, session_key: str, owes_final: Callable[[str, str], bool]) -> list[ToolCall]:
+        """The session's calls whose final state is not on Slack yet (queued edits, posts not landed)."""
+        calls: list[ToolCall] = []
+        for message in {id(m): m for m in [*self._by_ts.values(), *self._by_call.values()]}.values():
+            if message.session_key != session_key or not all(call.is_final for call in message.calls):
+                continue
+            shown = message.channel is not None and message.ts is not None
+            if (message.deferred or message.posting) or (shown and owes_final(message.channel or "", message.ts or "")):
+                calls.extend(message.calls)
+        return calls
 
     def find(self, channel: str, ts: str) -> StatusMessage | None:
         """The status message posted at (channel, ts), if this process posted it."""

@@ -1,6 +1,7 @@
 """Persistence: the SQLite store behind an intent-level interface (no SQL outside this package)."""
 
 from bot.store.inbox import InboxItem
+from bot.store.outbox import OwedEdit, OwedMessage
 from bot.store.processes import ProcessGroupRecord
 from bot.store.reminder_posts import PostState
 from bot.store.reminders import NewReminder, Reminder, ReminderKind, ReminderStatus
@@ -9,6 +10,8 @@ from bot.store.store import SessionRecord, Store
 __all__ = [
     "InboxItem",
     "NewReminder",
+    "OwedEdit",
+    "OwedMessage",
     "PostState",
     "ProcessGroupRecord",
     "Reminder",

@@ -177,7 +177,24 @@ CREATE TABLE reminder_posts (
 CREATE INDEX reminder_posts_by_state ON reminder_posts(state, claimed_at);
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8]
+# What the bot owes Slack (bot/store/outbox.py): posts and final edits not confirmed yet, kept across restarts.
+# A post has no `ts` until it lands; an edit is keyed by the message it changes (one owed state per message).
+_V9 = """
+CREATE TABLE outbox (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_key  TEXT NOT NULL,
+    channel      TEXT NOT NULL,
+    thread_ts    TEXT,
+    ts           TEXT,
+    text         TEXT NOT NULL,
+    blocks       TEXT,
+    metadata     TEXT,
+    created_at   TEXT NOT NULL
+);
+CREATE UNIQUE INDEX outbox_edit_per_message ON outbox(channel, ts) WHERE ts IS NOT NULL;
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9]
 
 # The tool_calls columns, named as `ToolCall.to_record()` names its keys.
 CALL_COLUMNS = (

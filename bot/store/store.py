@@ -29,6 +29,7 @@ from bot.calls.models import utcnow
 from bot.errors import StoreError
 from bot.store.calls import CallQueries
 from bot.store.inbox import InboxQueries, mark_answered, mark_stored
+from bot.store.outbox import OutboxQueries
 from bot.store.processes import ProcessQueries
 from bot.store.reminder_posts import ReminderPostQueries
 from bot.store.reminders import ReminderQueries
@@ -57,9 +58,11 @@ def _session(row: sqlite3.Row) -> SessionRecord:
     )
 
 
-class Store(CallQueries, ProcessQueries, ReminderQueries, ReminderPostQueries, InboxQueries, UsageQueries):
+class Store(
+    CallQueries, ProcessQueries, ReminderQueries, ReminderPostQueries, InboxQueries, OutboxQueries, UsageQueries
+):
     """Sessions, their messages and seen events; tool calls and their processes, reminders and their posts,
-    the inbox and token usage come from mixins."""
+    the inbox, the Slack outbox and token usage come from mixins."""
 
     def __init__(self, db: aiosqlite.Connection, path: Path) -> None:
         self._db = db

@@ -219,6 +219,12 @@ class _Failure:
 
 
 @dataclass
+class _Stall:
+    matches: Callable[[JsonDict], bool]
+    remaining: int | None  # None = until cleared
+
+
+@dataclass
 class _TokenBucket:
     """Classic token bucket: ``capacity`` calls at once, refilled at ``rate`` tokens per (real) second."""
 
@@ -400,6 +406,9 @@ class FakeSlack:
         self._latency: dict[str, float] = {}
         self._holds: dict[str, asyncio.Event] = {}
         self._holds_after: dict[str, asyncio.Event] = {}
+        self._stalls: dict[str, list[_Stall]] = {}
+        self._stop = asyncio.Event()
+        self.stalled: list[ApiCall] = []  # calls accepted and never answered (see ``stall``)
         self._response_urls: dict[str, tuple[str, str]] = {}
         self._changed = asyncio.Event()
         self._runner: web.AppRunner | None = None
@@ -441,6 +450,7 @@ class FakeSlack:
         """Close every WebSocket (so clients see a CLOSE, not a hang), release held calls, stop the server."""
         for event in (*self._holds.values(), *self._holds_after.values()):
             event.set()
+        self._stop.set()
         await self.drop_connections(code=WSCloseCode.GOING_AWAY)
         if self._runner is not None:
             await self._runner.cleanup()
@@ -579,6 +589,11 @@ class FakeSlack:
         capacity = burst if burst is not None else max(1, int(per_minute))
         self._limits[method] = _RateLimit(per_minute, capacity, retry_after, per_channel, time_scale)
 
+    def limit_posts_like_slack(self, burst: int = 3, *, time_scale: float = 1.0) -> None:
+        """``chat.postMessage`` as Slack limits it: about one post a second in each channel, short bursts allowed;
+        beyond that 429 with ``Retry-After``. ``time_scale=10`` makes it ten a second (for quick tests)."""
+        self.rate_limit("chat.postMessage", per_minute=60, burst=burst, per_channel=True, time_scale=time_scale)
+
     def set_latency(self, method: str, seconds: float) -> None:
         """Delay every answer of ``method`` (0 to reset), e.g. to test the bot's timeouts or overlapping calls."""
         self._latency[method] = seconds
@@ -591,6 +606,27 @@ class FakeSlack:
         event = asyncio.Event()
         (self._holds_after if after else self._holds)[method] = event
         return event
+
+    def stall(
+        self, method: str, matching: Callable[[JsonDict], bool] = lambda params: True, times: int | None = 1
+    ) -> None:
+        """Accept the next ``times`` calls of ``method`` whose params match, and never answer them (``times=None``:
+        until ``clear_stalls``): the connection stays open and silent, as with a server that hangs. The client
+        sees nothing until its own timeout; such calls are listed in ``stalled`` and have no side effects."""
+        self._stalls.setdefault(method, []).append(_Stall(matching, times))
+
+    def clear_stalls(self) -> None:
+        self._stalls.clear()
+
+    def _stalls_call(self, method: str, params: JsonDict) -> bool:
+        for stall in self._stalls.get(method, []):
+            if stall.matches(params):
+                if stall.remaining is not None:
+                    stall.remaining -= 1
+                    if stall.remaining <= 0:
+                        self._stalls[method].remove(stall)
+                return True
+        return False
 
     def _injected_failure(self, method: str) -> tuple[int, JsonDict, dict[str, str]] | None:
         queue = self._failures.get(method)
@@ -630,6 +666,11 @@ class FakeSlack:
         token = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else params.get("token")
         params.pop("token", None)
         call = ApiCall(request.match_info["method"], params, arrived, token=token, http_method=request.method)
+        if self._stalls_call(call.method, params):
+            self.stalled.append(call)
+            self._notify()
+            await self._stop.wait()  # cancelled when the client gives up and closes the connection
+            raise web.HTTPServiceUnavailable()
         self.pending.append(call)
         self._notify()
         try:

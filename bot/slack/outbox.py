@@ -1,0 +1,192 @@
+"""Delivering what the bot owes Slack: posts that have not landed, kept in the store (`bot.store.outbox`).
+
+An owed post is written before it is first tried. When the `PostQueue` gives up on
+it, or the process stopped before it landed, it stays owed, and this worker
+delivers it: in the order it was owed (per session), with backoff while Slack
+keeps failing, and at every start for what a previous process left. A session with
+posts still owed sends its later posts through here too, so they cannot overtake.
+
+A post may have landed although its confirmation never arrived (a timeout, a kill
+between Slack's answer and the store's delete). Each owed post therefore carries a
+marker in its Slack `metadata`; before posting one a second time, its thread is
+searched for that marker, so a post is delivered once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slack.posts import PostFailed, PostQueue, PostRejected
+from bot.store import OwedMessage, Store
+
+log = logging.getLogger(__name__)
+
+MARKER_EVENT = "threadbot_post"
+RETRY_BASE_S = 2.0
+RETRY_MAX_S = 300.0
+
+
+def marker(post_id: int) -> dict[str, Any]:
+    """The `metadata` that names an owed post in Slack, so a repeat can be recognised."""
+    return {"event_type": MARKER_EVENT, "event_payload": {"post": post_id}}
+
+
+class Outbox:
+    def __init__(
+        self, store: Store, posts: PostQueue, client: AsyncWebClient, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._store = store
+        self._posts = posts
+        self._client = client
+        self._clock = clock
+        self._backlog: dict[str, int] = {}  # session -> owed posts not delivered yet
+        self._maybe_landed: set[int] = set()  # tried before: check the thread before posting again
+        self._attempts: dict[int, int] = {}
+        self._not_before = 0.0
+        self._wake = asyncio.Event()
+        self._empty = asyncio.Event()
+        self._empty.set()
+        self._task: asyncio.Task[None] | None = None
+        self.delivered = 0
+        self.duplicates_avoided = 0
+
+    def backlogged(self, session_key: str) -> bool:
+        return self._backlog.get(session_key, 0) > 0
+
+    @property
+    def owed(self) -> int:
+        return sum(self._backlog.values())
+
+    async def start(self) -> list[OwedMessage]:
+        """Take up what a previous process left; returns it all (its edits are the `EditScheduler`'s)."""
+        owed = await self._store.owed_messages()
+        for message in owed:
+            if message.is_post:
+                self._backlog[message.session_key] = self._backlog.get(message.session_key, 0) + 1
+                self._maybe_landed.add(message.id)
+                self._empty.clear()
+        if any(message.is_post for message in owed):
+            log.info("delivering %d posts owed from before the restart", sum(m.is_post for m in owed))
+        self._running()
+        return owed
+
+    async def owe(
+        self,
+        session_key: str,
+        channel: str,
+        thread_ts: str | None,
+        text: str,
+        blocks: list[dict[str, Any]] | None,
+        metadata: dict[str, Any] | None,
+    ) -> int:
+        """Record a post as owed, before trying it; if the caller cannot deliver it, it is `handed_over`."""
+        return await self._store.owe_post(session_key, channel, thread_ts, text, blocks, metadata)
+
+    def handed_over(self, session_key: str, post_id: int, *, tried: bool) -> None:
+        """An owed post this worker must now deliver (`tried`: it may have landed)."""
+        self._backlog[session_key] = self._backlog.get(session_key, 0) + 1
+        self._empty.clear()
+        if tried:
+            self._maybe_landed.add(post_id)
+        self._running()
+
+    def _running(self) -> None:
+        """Wake the worker, starting it on first use (or again after `close`)."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="slack-outbox")
+        self._wake.set()
+
+    async def settle(self, post_id: int) -> None:
+        await self._store.settle_post(post_id)
+
+    async def idle(self, timeout_s: float) -> bool:
+        """Wait until nothing is owed; False after `timeout_s`."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._empty.wait(), timeout_s)
+        return not self.owed
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self.owed:
+            log.warning("%d posts still owed to Slack; they are kept and delivered at the next start", self.owed)
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            delay = self._not_before - self._clock()
+            if delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), delay)
+                self._wake.clear()
+            if not self.owed:
+                continue
+            owed = [m for m in await self._store.owed_messages() if m.is_post and self.backlogged(m.session_key)]
+            sessions: dict[str, list[OwedMessage]] = {}
+            for message in owed:
+                sessions.setdefault(message.session_key, []).append(message)
+            results = await asyncio.gather(*(self._deliver(messages) for messages in sessions.values()))
+            if not all(results):
+                attempt = max(self._attempts.values(), default=1)
+                self._not_before = self._clock() + min(RETRY_MAX_S, RETRY_BASE_S * 2 ** (attempt - 1))
+                self._wake.set()
+
+    async def _deliver(self, messages: list[OwedMessage]) -> bool:
+        """One session's owed posts, in order; stops at the first that does not land (False)."""
+        for message in messages:
+            try:
+                if message.id in self._maybe_landed and await self._already_posted(message):
+                    self.duplicates_avoided += 1
+                else:
+                    await self._posts.post(
+                        channel=message.channel,
+                        thread_ts=message.thread_ts,
+                        text=message.text,
+                        blocks=message.blocks,
+                        metadata=message.metadata or marker(message.id),
+                    )
+                    self.delivered += 1
+            except PostRejected as exc:
+                log.error("Slack refused an owed post in %s for good (%s); dropping it", message.channel, exc.error)
+            except (PostFailed, SlackApiError, OSError) as exc:
+                self._attempts[message.id] = self._attempts.get(message.id, 0) + 1
+                self._maybe_landed.add(message.id)
+                log.warning("an owed post in %s is still not delivered (%s); will retry", message.channel, exc)
+                return False
+            await self._store.settle_post(message.id)
+            self._attempts.pop(message.id, None)
+            self._maybe_landed.discard(message.id)
+            self._backlog[message.session_key] -= 1
+            if not self._backlog[message.session_key]:
+                del self._backlog[message.session_key]
+            if not self._backlog:
+                self._empty.set()
+        return True
+
+    async def _already_posted(self, message: OwedMessage) -> bool:
+        """Whether the thread already holds this post (its marker, or the reminder metadata it was given)."""
+        if message.thread_ts is None:
+            return False  # a top-level post cannot be searched for cheaply; it is posted again
+        wanted = message.metadata or marker(message.id)
+        cursor: str | None = None
+        while True:
+            response = await self._client.conversations_replies(
+                channel=message.channel, ts=message.thread_ts, include_all_metadata=True, cursor=cursor, limit=200
+            )
+            if any(found.get("metadata") == wanted for found in response.get("messages") or []):
+                return True
+            cursor = (response.get("response_metadata") or {}).get("next_cursor") or None
+            if not cursor:
+                return False

@@ -1,0 +1,132 @@
+"""The outbox half of `Store`'s interface: what the bot owes Slack, kept until Slack confirms it.
+
+Two kinds of debt. An owed post (an answer, a notice, a final status nobody has
+seen yet) is written before it is first tried, so a crash cannot lose it; an owed
+edit is the final state of a message that exists, one per message, the newest
+winning. Either is settled when Slack confirms it, and whatever is still owed at
+a restart is delivered then. A post that may have landed just before a crash
+carries a marker (Slack message `metadata`) that the edge looks for before
+posting it again, so it is delivered once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import aiosqlite
+
+from bot.calls.models import utcnow
+from bot.store.schema import dumps, fetch, ts
+
+_UPSERT_EDIT = """
+INSERT INTO outbox (session_key, channel, ts, text, blocks, created_at) VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT(channel, ts) WHERE ts IS NOT NULL DO UPDATE SET text = excluded.text, blocks = excluded.blocks
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class OwedMessage:
+    """A post (`ts` None) or the final state of the message at `ts`, as Slack should show it."""
+
+    id: int
+    session_key: str
+    channel: str
+    thread_ts: str | None
+    ts: str | None
+    text: str
+    blocks: list[dict[str, Any]] | None
+    metadata: dict[str, Any] | None
+
+    @property
+    def is_post(self) -> bool:
+        return self.ts is None
+
+
+@dataclass(frozen=True, slots=True)
+class OwedEdit:
+    session_key: str
+    channel: str
+    ts: str
+    text: str
+    blocks: list[dict[str, Any]] | None
+
+
+def _loads(value: str | None) -> Any:
+    return json.loads(value) if value is not None else None
+
+
+class OutboxQueries:
+    if TYPE_CHECKING:
+
+        def _read(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+
+        def _write(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+
+    async def owe_post(
+        self,
+        session_key: str,
+        channel: str,
+        thread_ts: str | None,
+        text: str,
+        blocks: list[dict[str, Any]] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> int:
+        """Record a post before it is tried; returns its id (settle it with `settle_post` once Slack has it)."""
+        async with self._write() as db:
+            cursor = await db.execute(
+                "INSERT INTO outbox (session_key, channel, thread_ts, text, blocks, metadata, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (session_key, channel, thread_ts, text, _dumps(blocks), _dumps(metadata), ts(utcnow())),
+            )
+            return int(cursor.lastrowid or 0)
+
+    async def settle_post(self, post_id: int) -> None:
+        async with self._write() as db:
+            await db.execute("DELETE FROM outbox WHERE id = ? AND ts IS NULL", (post_id,))
+
+    async def owe_edits(self, edits: Sequence[OwedEdit]) -> None:
+        """Record final states in one transaction; a message already owed one keeps only the newest."""
+        if not edits:
+            return
+        now = ts(utcnow())
+        rows = [(e.session_key, e.channel, e.ts, e.text, _dumps(e.blocks), now) for e in edits]
+        async with self._write() as db:
+            await db.executemany(_UPSERT_EDIT, rows)
+
+    async def settle_edits(self, landed: Sequence[tuple[str, str, str | None]]) -> None:
+        """(channel, ts, text) that Slack now shows (text None: the message is gone, nothing more is owed).
+
+        An owed state newer than the one that landed (other text) stays owed."""
+        if not landed:
+            return
+        async with self._write() as db:
+            await db.executemany(
+                "DELETE FROM outbox WHERE channel = ? AND ts = ? AND (? IS NULL OR text = ?)",
+                [(channel, ts_, text, text) for channel, ts_, text in landed],
+            )
+
+    async def owed_messages(self) -> list[OwedMessage]:
+        """Everything still owed, oldest first (so a session's posts keep their order)."""
+        async with self._read() as db:
+            rows = await fetch(db, "SELECT * FROM outbox ORDER BY id")
+        return [
+            OwedMessage(
+                id=int(row["id"]),
+                session_key=row["session_key"],
+                channel=row["channel"],
+                thread_ts=row["thread_ts"],
+                ts=row["ts"],
+                text=row["text"],
+                blocks=_loads(row["blocks"]),
+                metadata=_loads(row["metadata"]),
+            )
+            for row in rows
+        ]
+
+
+def _dumps(value: Any) -> str | None:
+    return dumps(value) if value is not None else None
