@@ -122,6 +122,9 @@ class Settings(BaseSettings):
     bot_enable_shell: bool = False
     bot_metrics_port: int | None = Field(None, gt=0, lt=65536)
     bot_log_format: str = "text"
+    bot_file_max_bytes: int = Field(5_000_000, gt=0)
+    bot_file_text_max_chars: int = Field(100_000, gt=100)
+    bot_upload_over_chars: int = Field(12_000, gt=100)
 
     @field_validator("bot_allowed_users", "bot_allowed_channels", "bot_cancel_reactions", mode="before")
     @classmethod

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from bot.calls.models import ToolCall
+    from tools.base import SharedFile
 
 JSON = Any
 Message = dict[str, JSON]
@@ -81,6 +82,9 @@ class EngineOutput(Protocol):
 
     def reminder(self, session_key: str, text: str, requester: str | None = None) -> None:
         """A due reminder, posted without a model call; the edge mentions `requester`, who asked for it."""
+
+    def file_shared(self, session_key: str, file: SharedFile) -> None:
+        """A file a tool handed over for the people in the session (Slack uploads it; the console saves it)."""
 
     def turn_finished(self, outcome: TurnOutcome) -> None: ...
 

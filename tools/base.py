@@ -4,6 +4,12 @@ A tool is a frozen `Tool` built by the `tool()` factory: name, description, JSON
 input schema and a run function, sync or async. Async tools are cancelled with
 `CancelledError`; sync tools run in a worker thread and must watch
 `ctx.cancelled`, a `threading.Event`, since a thread cannot be interrupted.
+
+A tool may hand a file to the people in the session with `ctx.share_file`. The
+sink it goes to is taken from `FILE_SINK` when the context is built: the turn
+sets it, and asyncio copies it into every task the turn starts, so the file
+reaches the edge of the session that made the call without the call registry
+having to know about files.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import asyncio
 import inspect
 import threading
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import tzinfo
 from pathlib import Path
@@ -24,6 +31,20 @@ RunFunction = Callable[[dict[str, JSON], "ToolContext"], Awaitable[JSON] | JSON]
 
 class ToolError(Exception):
     """A failure the tool explains itself; its message is shown to the model as the call's error."""
+
+
+@dataclass(frozen=True, slots=True)
+class SharedFile:
+    """A file a tool hands to the people in the session: Slack uploads it in the thread, the console saves it."""
+
+    name: str
+    content: bytes
+    mimetype: str = "application/octet-stream"
+
+
+FileSink = Callable[[SharedFile], None]
+FILE_SINK: ContextVar[FileSink | None] = ContextVar("threadbot_file_sink", default=None)
+"""Where `ToolContext.share_file` sends files in the current turn; None where no edge takes them."""
 
 
 @dataclass(slots=True)
@@ -39,6 +60,7 @@ class ToolContext:
     loop_thread: int = field(default_factory=threading.get_ident)
     zone: tzinfo | None = None
     """The operator's time zone (BOT_TIMEZONE); None means the host's."""
+    share: FileSink | None = field(default_factory=FILE_SINK.get)
 
     def progress(self, payload: JSON, kind: str = "partial") -> None:
         """Record structured progress; safe to call from the event loop or from a tool's thread."""
@@ -49,6 +71,16 @@ class ToolContext:
 
     def log(self, line: str) -> None:
         self.progress(line, kind="log")
+
+    def share_file(self, name: str, content: bytes, mimetype: str = "application/octet-stream") -> None:
+        """Hand a file to the people in the session; safe from a tool's thread. A ToolError where none can be."""
+        if self.share is None:
+            raise ToolError("files cannot be shared from here (no conversation to share them in)")
+        shared = SharedFile(name, content, mimetype)
+        if threading.get_ident() == self.loop_thread:
+            self.share(shared)
+        else:
+            self.loop.call_soon_threadsafe(self.share, shared)
 
 
 @dataclass(frozen=True, slots=True)

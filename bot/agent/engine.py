@@ -71,7 +71,7 @@ class Engine:
         if not self._accepting:
             return Delivery.REFUSED
         if self.is_busy(session_key):
-            self._session(session_key).injections.put(_plain_text(content))
+            self._session(session_key).injections.put(content)
             return Delivery.INJECTED
         blocks = [protocol.text_block(content)] if isinstance(content, str) else content
         self._start(session_key, blocks, stop_at_first_wait=stop_at_first_wait, toolbox=toolbox)
@@ -201,9 +201,3 @@ class Engine:
         elif not has_news and not self.is_busy(session_key):
             # Idle with nothing pending: forget it, so a long-running daemon keeps no per-thread state.
             self._sessions.pop(session_key, None)
-
-
-def _plain_text(content: str | list[dict[str, JSON]]) -> str:
-    if isinstance(content, str):
-        return content
-    return "\n".join(block.get("text", "") for block in content if block.get("type") == "text")

@@ -1,27 +1,34 @@
 """Per-session injection queue: what people say while a turn runs.
 
-The edge puts lines in; the turn loop is woken by `arrived` and drains them.
-The per-turn fuse stops a producer that never pauses from keeping a turn alive.
+The edge puts notes in; the turn loop is woken by `arrived` and drains them.
+A note is a line of text, or content blocks when it carries more than text (a
+file shared in the thread). The per-turn fuse stops a producer that never pauses
+from keeping a turn alive.
 """
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
+
+Note = str | list[dict[str, Any]]
 
 
 class Injections:
     def __init__(self, max_per_turn: int) -> None:
-        self._lines: list[str] = []
+        self._lines: list[Note] = []
         self._max_per_turn = max_per_turn
         self._taken_this_turn = 0
         self.arrived = asyncio.Event()
 
-    def put(self, line: str) -> None:
-        if line.strip():
-            self._lines.append(line.strip())
+    def put(self, note: Note) -> None:
+        if isinstance(note, str):
+            note = note.strip()
+        if note:
+            self._lines.append(note)
             self.arrived.set()
 
-    def drain(self) -> list[str]:
+    def drain(self) -> list[Note]:
         """Take what is queued, up to what the fuse still allows this turn; the rest waits for the next turn."""
         room = max(0, self._max_per_turn - self._taken_this_turn)
         taken, self._lines = self._lines[:room], self._lines[room:]

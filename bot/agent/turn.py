@@ -9,6 +9,7 @@ closes with a short assistant note saying so.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from bot.config import YieldStrategy
 from bot.errors import ModelError
 from bot.store import Store
 from bot.types import EngineOutput, Message, ModelReply, ModelRequest, Provider, TurnOutcome
+from tools.base import FILE_SINK
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +84,8 @@ class TurnRunner:
         outcome = TurnOutcome(session_key=key)
         conversation: _Conversation | None = None
         request.injections.new_turn()
+        # Set in this turn's own context: the calls it starts inherit it, so their files reach this session's edge.
+        FILE_SINK.set(functools.partial(self._output.file_shared, key))
         self._output.turn_started(key)
         try:
             await self._store.ensure_session(key)
@@ -115,8 +119,8 @@ class TurnRunner:
         continuations = 0
         cut_off = False  # the previous reply hit the output limit and this one continues it
         for outcome.iterations in range(1, self._settings.max_iterations + 1):
-            if lines := request.injections.drain():
-                protocol.append_user(messages, protocol.injection_blocks(lines))
+            if notes := request.injections.drain():
+                protocol.append_user(messages, protocol.injection_blocks(notes))
             if messages[-1]["role"] == "user" and not messages[-1]["content"]:
                 messages.pop()  # a wake-up whose news was already taken: nothing to say
                 return

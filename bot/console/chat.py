@@ -37,7 +37,9 @@ class ConsoleChat:
         self._pending_read: asyncio.Task[str | None] | None = None
 
     async def run(self) -> int:
-        output = ConsoleOutput(self._stdout, interactive=self._interactive)
+        output = ConsoleOutput(
+            self._stdout, interactive=self._interactive, files_dir=self._settings.bot_data_dir / "files"
+        )
         loop = asyncio.get_running_loop()
         threading.Thread(target=self._read_stdin, args=(loop,), daemon=True, name="stdin-reader").start()
         async with open_core(self._settings, output, owns=lambda key: key.startswith("console:")) as core:

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TextIO
 
 from bot.calls.models import CallStatus, ToolCall
 from bot.calls.summary import call_label, icon, state_text
+from bot.console.saved_files import save_shared
 from bot.types import TurnOutcome
+from tools.base import SharedFile
 
 
 class ConsoleOutput:
     """On a terminal the status line is redrawn in place; into a pipe, each change of state is a line."""
 
-    def __init__(self, stream: TextIO, *, interactive: bool) -> None:
+    def __init__(self, stream: TextIO, *, interactive: bool, files_dir: Path) -> None:
         self._out = stream
+        self._files_dir = files_dir
         self._interactive = interactive
         self._status_shown = False
         self._in_text = False
@@ -55,6 +59,15 @@ class ConsoleOutput:
 
     def reminder(self, session_key: str, text: str, requester: str | None = None) -> None:
         self._line(f"⏰ {text}")
+
+    def file_shared(self, session_key: str, file: SharedFile) -> None:
+        """Saved under BOT_DATA_DIR/files, and the path printed: a terminal has nowhere to upload it."""
+        try:
+            path = save_shared(file, self._files_dir)
+        except OSError as exc:
+            self._line(f"📎 {file.name} could not be saved: {exc.strerror or exc}")
+            return
+        self._line(f"📎 {file.name} ({len(file.content)} bytes) saved to {path}")
 
     def turn_finished(self, outcome: TurnOutcome) -> None:
         if outcome.cancelled_by:

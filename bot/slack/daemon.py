@@ -78,7 +78,9 @@ async def _run(
     async with contextlib.AsyncExitStack() as stack:
         await edits.start()
         stack.push_async_callback(edits.close, EDITS_FLUSH_S)
-        edge = SlackEdge(client, edits, team_id=me.team_id, metrics=metrics)
+        edge = SlackEdge(
+            client, edits, team_id=me.team_id, metrics=metrics, upload_over_chars=settings.bot_upload_over_chars
+        )
         core = await stack.enter_async_context(
             open_core(
                 settings,

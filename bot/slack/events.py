@@ -21,7 +21,9 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.engine import Delivery, Engine
+from bot.agent.protocol import text_block
 from bot.config import Settings
+from bot.slack.files import FileLimits, FileReader
 from bot.slack.filters import Incoming, allowed, classify, may_cancel
 from bot.slack.history import thread_context, with_context
 from bot.slack.metrics import Metrics
@@ -55,6 +57,7 @@ class MessageRouter:
         self._bot_user_id = bot_user_id
         self._metrics = metrics
         self._locks = KeyedLocks()
+        self._files = FileReader(client, FileLimits(settings.bot_file_max_bytes, settings.bot_file_text_max_chars))
 
     async def handle(self, body: dict[str, Any]) -> None:
         """One `message` or `app_mention` event, start to finish."""
@@ -82,7 +85,7 @@ class MessageRouter:
         if session_key is not None and incoming.is_stop:
             await self._stop(session_key, incoming)
             return
-        text = incoming.prompt()
+        text = incoming.text
         if session_key is not None:
             await self._store.update_address(session_key, {"speaker": incoming.user})
             self._edge.remember_speaker(session_key, incoming.user)
@@ -97,9 +100,9 @@ class MessageRouter:
                     bot_user_id=self._bot_user_id,
                 )
                 text = with_context(context, text)
-        if not text.strip():
+        if not text.strip() and not incoming.files:
             text = "(the user mentioned you without saying anything else)"
-        await self._deliver(session_key, incoming, text)
+        await self._deliver(session_key, incoming, await self._with_files(text, incoming))
 
     async def _claim(self, incoming: Incoming, event_id: str) -> bool:
         keys = [f"event:{event_id}"] if event_id else []
@@ -118,8 +121,15 @@ class MessageRouter:
         self._edge.remember_address(record.key, record.address)
         return record.key
 
-    async def _deliver(self, session_key: str, incoming: Incoming, text: str) -> None:
-        delivery = self._engine.submit(session_key, text)
+    async def _with_files(self, text: str, incoming: Incoming) -> str | list[dict[str, Any]]:
+        """The text, followed by the files shared with it as blocks the model can read (or notes why not)."""
+        if not incoming.files:
+            return text
+        blocks = await self._files.blocks(incoming.files)
+        return [text_block(text), *blocks] if text.strip() else blocks
+
+    async def _deliver(self, session_key: str, incoming: Incoming, content: str | list[dict[str, Any]]) -> None:
+        delivery = self._engine.submit(session_key, content)
         if delivery is Delivery.STARTED:
             self._metrics.inc("turns_started_total")
             self._edge.note_request(session_key, incoming.channel, incoming.ts, incoming.user)

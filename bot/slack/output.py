@@ -29,8 +29,10 @@ from bot.slack.render import Block, reminder_text, status_message, who
 from bot.slack.reply import FIRST_POST_WAIT_S, ReplyStream
 from bot.slack.sessions import Sessions
 from bot.slack.status import StatusBoard, StatusMessage
+from bot.slack.uploads import ANSWER_FILE, UPLOAD_OVER_CHARS, answer_comment, upload
 from bot.store import Store
 from bot.types import TurnOutcome
+from tools.base import SharedFile
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +52,10 @@ class SlackEdge:
         team_id: str = "",
         metrics: Metrics | None = None,
         first_post_wait_s: float = FIRST_POST_WAIT_S,
+        upload_over_chars: int = UPLOAD_OVER_CHARS,
     ) -> None:
         self._client = client
+        self._upload_over_chars = upload_over_chars
         self._first_post_wait_s = first_post_wait_s
         self._edits = edits
         self._metrics = metrics or Metrics()
@@ -101,6 +105,14 @@ class SlackEdge:
             await self.post(session_key, reminder_text(text, requester or await self._sessions.asker(session_key)))
 
         self._put(session_key, post, holdable=False)
+
+    def file_shared(self, session_key: str, file: SharedFile) -> None:
+        async def share() -> None:
+            error = await self._upload(session_key, file.name, file.content, f"📎 {file.name}")
+            if error is not None:
+                await self._post_line(session_key, f"⚠️ Could not share {file.name} here ({error}).")
+
+        self._put(session_key, share)
 
     def turn_finished(self, outcome: TurnOutcome) -> None:
         key = outcome.session_key
@@ -200,6 +212,8 @@ class SlackEdge:
                 enqueue=lambda operation: self._put(key, operation),
                 quiet=lambda: session.address.quiet_reply if session.address else None,
                 first_post_wait_s=self._first_post_wait_s,
+                overflow=lambda text, continued: self._upload_answer(key, text, continued),
+                overflow_chars=self._upload_over_chars,
             )
         return session.reply
 
@@ -212,6 +226,23 @@ class SlackEdge:
             # Remembered so that after a crash the calls it shows can be repainted as orphaned.
             place = f"{message.channel}:{message.ts}"
             await self._store.set_call_display([call.id for call in message.calls], place)
+
+    async def _upload(self, key: str, filename: str, content: bytes | str, comment: str) -> str | None:
+        """Into the session's thread; a session without one yet (a heartbeat's first word) posts first."""
+        address = await self._sessions.address(key)
+        if address is None or address.thread_ts is None:
+            return "no thread to share it in"
+        return await upload(
+            self._client,
+            channel=address.channel,
+            thread_ts=address.thread_ts,
+            filename=filename,
+            content=content,
+            comment=comment,
+        )
+
+    async def _upload_answer(self, key: str, text: str, continued: bool) -> bool:
+        return await self._upload(key, ANSWER_FILE, text, answer_comment(text, continued=continued)) is None
 
     async def _post_line(self, key: str, text: str) -> None:
         await self.post(key, text)
