@@ -86,7 +86,7 @@ async def test_skipped_files_become_one_line_notes_and_nothing_is_lost(
     ]
     texts = [block["text"] for block in await reader(client).blocks(files)]
     assert texts == [
-        "[file huge.png skipped: too big (2 KB; the limit is 1000 bytes)]",
+        "[file huge.png skipped: too big (2 KB; the limit is 1 KB)]",
         "[file archive.zip skipped: unsupported type (application/zip)]",
         "[file secret.txt skipped: no access (Slack would not let the bot download it; it needs files:read)]",
         "[file fake.png skipped: unsupported type (not a png, jpeg, gif or webp image)]",
@@ -102,7 +102,7 @@ async def test_a_file_bigger_than_slack_said_stops_downloading_at_the_cap(
 ) -> None:
     item = slack.files.share("grows.txt", "y" * 5_000, "text/plain") | {"size": 10}
     [block] = await reader(client).blocks([item])
-    assert block["text"] == "[file grows.txt skipped: too big (over 1000 bytes, the limit)]"
+    assert block["text"] == "[file grows.txt skipped: too big (over 1 KB, the limit)]"
 
 
 async def test_a_wrong_token_gets_the_login_page_and_counts_as_no_access(slack: FakeSlack) -> None:

@@ -194,6 +194,7 @@ def _name(meta: dict[str, Any]) -> str:
 
 
 def _size(count: int) -> str:
-    if count >= 1024 * 1024:
-        return f"{count / (1024 * 1024):.1f} MB"
-    return f"{count / 1024:.0f} KB" if count >= 1024 else f"{count} bytes"
+    """Decimal units, as BOT_FILE_MAX_BYTES's default (5,000,000 bytes) is written."""
+    if count >= 1_000_000:
+        return f"{count / 1_000_000:.1f} MB"
+    return f"{count / 1_000:.0f} KB" if count >= 1_000 else f"{count} bytes"
