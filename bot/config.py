@@ -123,6 +123,7 @@ class Settings(BaseSettings):
     bot_metrics_port: int | None = Field(None, gt=0, lt=65536)
     bot_log_format: str = "text"
     bot_file_max_bytes: int = Field(5_000_000, gt=0)
+    bot_files_max_total_bytes: int = Field(20_000_000, gt=0)
     bot_file_text_max_chars: int = Field(100_000, gt=100)
     bot_upload_over_chars: int = Field(12_000, gt=100)
 

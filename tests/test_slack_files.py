@@ -17,7 +17,7 @@ JPEG = b"\xff\xd8\xff\xe0" + b"\x00" * 32
 GIF = b"GIF89a" + b"\x00" * 32
 WEBP = b"RIFF\x24\x00\x00\x00WEBPVP8 " + b"\x00" * 32
 PDF = b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n1 0 obj\n<<>>\nendobj\n%%EOF\n"
-LIMITS = FileLimits(max_bytes=1_000, text_max_chars=200)
+LIMITS = FileLimits(max_bytes=1_000, total_max_bytes=2_500, text_max_chars=200)
 
 
 def reader(client: AsyncWebClient, limits: FileLimits = LIMITS) -> FileReader:
@@ -102,7 +102,7 @@ async def test_a_file_bigger_than_slack_said_stops_downloading_at_the_cap(
 ) -> None:
     item = slack.files.share("grows.txt", "y" * 5_000, "text/plain") | {"size": 10}
     [block] = await reader(client).blocks([item])
-    assert block["text"] == "[file grows.txt skipped: too big (over 1 KB, the limit)]"
+    assert block["text"] == "[file grows.txt skipped: too big (over 1 KB; the limit is 1 KB)]"
 
 
 async def test_a_wrong_token_gets_the_login_page_and_counts_as_no_access(slack: FakeSlack) -> None:
@@ -134,6 +134,14 @@ async def test_a_stub_is_completed_with_files_info(slack: FakeSlack, client: Asy
         f"[file {hidden['id']} skipped: no access (files.info: file_not_found)]",
     ]
     assert [call.params["file"] for call in slack.calls_to("files.info")] == [stub["id"], hidden["id"]]
+
+
+async def test_the_files_of_one_message_share_a_total_budget(slack: FakeSlack, client: AsyncWebClient) -> None:
+    files = [slack.files.share(f"part{i}.txt", str(i) * 900, "text/plain") for i in range(4)]
+    texts = [block["text"] for block in await reader(client).blocks(files)]
+    assert [t.partition("\n")[0] for t in texts[:2]] == ["[file part0.txt]", "[file part1.txt]"]
+    note = "too big to go with the message's other files (900 bytes; 2 KB in all is the limit)"
+    assert texts[2:] == [f"[file part2.txt skipped: {note}]", f"[file part3.txt skipped: {note}]"]
 
 
 def test_kinds_and_signatures() -> None:

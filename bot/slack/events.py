@@ -57,7 +57,7 @@ class MessageRouter:
         self._bot_user_id = bot_user_id
         self._metrics = metrics
         self._locks = KeyedLocks()
-        self._files = FileReader(client, FileLimits(settings.bot_file_max_bytes, settings.bot_file_text_max_chars))
+        self._files = FileReader(client, FileLimits.of(settings))
 
     async def handle(self, body: dict[str, Any]) -> None:
         """One `message` or `app_mention` event, start to finish."""

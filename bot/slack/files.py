@@ -28,6 +28,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.protocol import text_block, truncate
+from bot.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +67,15 @@ TEXT_SUFFIXES = frozenset(f".{word}" for word in _TEXT_SUFFIX_WORDS.split())
 class FileLimits:
     max_bytes: int
     """Largest file fetched at all (BOT_FILE_MAX_BYTES)."""
+    total_max_bytes: int
+    """All files of one message together (BOT_FILES_MAX_TOTAL_BYTES): a request over the API's size limit
+    would fail, and stay in the session's history failing every later turn."""
     text_max_chars: int
     """A text file longer than this is cut, with a note saying so (BOT_FILE_TEXT_MAX_CHARS)."""
+
+    @classmethod
+    def of(cls, settings: Settings) -> FileLimits:
+        return cls(settings.bot_file_max_bytes, settings.bot_files_max_total_bytes, settings.bot_file_text_max_chars)
 
 
 class Skipped(Exception):
@@ -82,12 +90,22 @@ class FileReader:
         self._limits = limits
 
     async def blocks(self, files: Sequence[Any]) -> list[Block]:
+        """Blocks for every file, in order; a file that cannot be read becomes its note, never an error."""
         blocks: list[Block] = []
+        left = self._limits.total_max_bytes
         for item in files:
-            blocks += await self._read(item if isinstance(item, dict) else {})
+            meta = item if isinstance(item, dict) else {}
+            try:
+                file_blocks, used = await self._read(meta, left)
+            except Exception:
+                log.exception("reading the Slack file %s failed", _name(meta))
+                file_blocks, used = [_note(_name(meta), "it could not be read (internal error)")], 0
+            blocks += file_blocks
+            left -= used
         return blocks
 
-    async def _read(self, item: dict[str, Any]) -> list[Block]:
+    async def _read(self, item: dict[str, Any], left: int) -> tuple[list[Block], int]:
+        """The file's blocks and the bytes it took from what the message has `left` (a note and 0 if skipped)."""
         name = _name(item)
         try:
             meta = await self._complete(item)
@@ -96,16 +114,27 @@ class FileReader:
             if kind is None:
                 raise Skipped(f"unsupported type ({meta.get('mimetype') or meta.get('filetype') or 'unknown'})")
             size = meta.get("size")
-            if isinstance(size, int) and size > self._limits.max_bytes:
-                raise Skipped(f"too big ({_size(size)}; the limit is {_size(self._limits.max_bytes)})")
+            if isinstance(size, int):
+                self._check_size(size, left)
             url = meta.get("url_private_download") or meta.get("url_private")
             if not url:
                 raise Skipped("no access (Slack gave no download link)")
-            data = await self._download(str(url), str(meta.get("mimetype") or ""))
-            return self._content(kind, name, data)
+            data = await self._download(str(url), str(meta.get("mimetype") or ""), min(left, self._limits.max_bytes))
+            # The download stops just past the cap, so a size found here is a lower bound.
+            self._check_size(len(data), left, at_least=True)
+            return self._content(kind, name, data), len(data)
         except Skipped as reason:
             log.info("file %s not given to the model: %s", name, reason)
-            return [text_block(f"[file {name} skipped: {reason}]")]
+            return [_note(name, str(reason))], 0
+
+    def _check_size(self, size: int, left: int, *, at_least: bool = False) -> None:
+        limits = self._limits
+        shown = f"over {_size(min(left, limits.max_bytes))}" if at_least else _size(size)
+        if size > limits.max_bytes:
+            raise Skipped(f"too big ({shown}; the limit is {_size(limits.max_bytes)})")
+        if size > left:
+            total = _size(limits.total_max_bytes)
+            raise Skipped(f"too big to go with the message's other files ({shown}; {total} in all is the limit)")
 
     async def _complete(self, item: dict[str, Any]) -> dict[str, Any]:
         """An event may carry a stub (`file_access: check_file_info`); files.info has the rest."""
@@ -120,14 +149,15 @@ class FileReader:
             raise Skipped("no access (files.info returned no file)")
         return file
 
-    async def _download(self, url: str, mimetype: str) -> bytes:
+    async def _download(self, url: str, mimetype: str, cap: int) -> bytes:
+        """At most `cap` + 1 bytes: enough to know a file is over the cap without reading all of it."""
         session = self._client.session
         if session is not None:
-            return await self._fetch(session, url, mimetype)
+            return await self._fetch(session, url, mimetype, cap)
         async with aiohttp.ClientSession() as own:
-            return await self._fetch(own, url, mimetype)
+            return await self._fetch(own, url, mimetype, cap)
 
-    async def _fetch(self, session: aiohttp.ClientSession, url: str, mimetype: str) -> bytes:
+    async def _fetch(self, session: aiohttp.ClientSession, url: str, mimetype: str, cap: int) -> bytes:
         headers = {"Authorization": f"Bearer {self._client.token}"}
         timeout = aiohttp.ClientTimeout(total=self._client.timeout)
         try:
@@ -141,8 +171,8 @@ class FileReader:
                 data = bytearray()
                 async for chunk in response.content.iter_chunked(CHUNK_BYTES):
                     data += chunk
-                    if len(data) > self._limits.max_bytes:
-                        raise Skipped(f"too big (over {_size(self._limits.max_bytes)}, the limit)")
+                    if len(data) > cap:
+                        break
                 return bytes(data)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise Skipped(f"download failed ({type(exc).__name__})") from None
@@ -187,6 +217,10 @@ def image_type(data: bytes) -> str | None:
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return "image/webp"
     return next((kind for kind, signs in IMAGE_SIGNATURES.items() if data.startswith(signs)), None)
+
+
+def _note(name: str, reason: str) -> Block:
+    return text_block(f"[file {name} skipped: {reason}]")
 
 
 def _name(meta: dict[str, Any]) -> str:
