@@ -112,3 +112,13 @@ async def test_a_refused_upload_is_said_in_the_thread(rig: Rig) -> None:
     await edge.close(WAIT_S)
     [post] = rig.posts()
     assert post.text == "⚠️ Could not share report.csv here (missing_scope)."
+
+
+async def test_a_file_from_a_heartbeat_opens_its_thread_first(rig: Rig) -> None:
+    edge = rig.make_edge(0.0)
+    await rig.store.ensure_session("heartbeat:C9", {"edge": "slack", "channel": "C9", "thread_ts": None})
+    edge.file_shared("heartbeat:C9", SharedFile("disk.txt", b"95% full", "text/plain"))
+    await edge.close(WAIT_S)
+    opener, upload = rig.slack.messages("C9")
+    [file] = rig.slack.files.uploaded("C9", opener.ts)
+    assert (opener.text, opener.thread_ts, upload.thread_ts, file.text) == ("📎 disk.txt", None, opener.ts, "95% full")

@@ -108,6 +108,9 @@ class SlackEdge:
 
     def file_shared(self, session_key: str, file: SharedFile) -> None:
         async def share() -> None:
+            address = await self._sessions.address(session_key)
+            if address is not None and address.thread_ts is None:
+                await self.post(session_key, f"📎 {file.name}")  # a heartbeat session: this opens its thread
             error = await self._upload(session_key, file.name, file.content, f"📎 {file.name}")
             if error is not None:
                 await self._post_line(session_key, f"⚠️ Could not share {file.name} here ({error}).")
@@ -228,7 +231,7 @@ class SlackEdge:
             await self._store.set_call_display([call.id for call in message.calls], place)
 
     async def _upload(self, key: str, filename: str, content: bytes | str, comment: str) -> str | None:
-        """Into the session's thread; a session without one yet (a heartbeat's first word) posts first."""
+        """Into the session's thread; None on success, else why not (a heartbeat session may have none yet)."""
         address = await self._sessions.address(key)
         if address is None or address.thread_ts is None:
             return "no thread to share it in"
