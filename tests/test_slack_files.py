@@ -144,6 +144,17 @@ async def test_the_files_of_one_message_share_a_total_budget(slack: FakeSlack, c
     assert texts[2:] == [f"[file part2.txt skipped: {note}]", f"[file part3.txt skipped: {note}]"]
 
 
+async def test_the_token_never_leaves_slack(slack: FakeSlack, client: AsyncWebClient) -> None:
+    drive = slack.files.share("plan.txt", "x", "text/plain") | {"is_external": True, "mode": "external"}
+    elsewhere = slack.files.share("notes.txt", "x", "text/plain") | {"url_private_download": "https://evil.test/f"}
+    texts = [block["text"] for block in await reader(client).blocks([drive, elsewhere])]
+    assert texts == [
+        "[file plan.txt skipped: unsupported type (a link to a file kept outside Slack)]",
+        "[file notes.txt skipped: no access (its link is not on a Slack host)]",
+    ]
+    assert slack.files.downloads == []
+
+
 def test_kinds_and_signatures() -> None:
     assert kind_of({"mimetype": "image/svg+xml", "name": "x.svg"}) == "text"
     assert kind_of({"mimetype": "application/zip", "name": "x.zip"}) is None

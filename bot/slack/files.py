@@ -12,6 +12,10 @@ Slack answers a download it will not serve with a redirect to its login page
 are not followed and HTML where a file was expected counts as no access. The
 bytes of an image or PDF are checked against their format's signature: a
 mislabelled file would otherwise make the Messages API reject the whole turn.
+
+The bot token is only ever sent to Slack's own hosts (or the host of
+`SLACK_API_URL`): an external file (a Google Drive link shared in Slack) has a
+`url_private` elsewhere, and the token must not go there.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from slack_sdk.errors import SlackApiError
@@ -35,6 +40,7 @@ log = logging.getLogger(__name__)
 Block = dict[str, Any]
 
 CHUNK_BYTES = 64 * 1024
+SLACK_HOST_SUFFIXES = (".slack.com", ".slack-gov.com")
 PDF_SIGNATURE = b"%PDF-"
 IMAGE_SIGNATURES = {
     "image/png": (b"\x89PNG\r\n\x1a\n",),
@@ -116,16 +122,24 @@ class FileReader:
             size = meta.get("size")
             if isinstance(size, int):
                 self._check_size(size, left)
-            url = meta.get("url_private_download") or meta.get("url_private")
+            if meta.get("is_external") or meta.get("mode") == "external":
+                raise Skipped("unsupported type (a link to a file kept outside Slack)")
+            url = str(meta.get("url_private_download") or meta.get("url_private") or "")
             if not url:
                 raise Skipped("no access (Slack gave no download link)")
-            data = await self._download(str(url), str(meta.get("mimetype") or ""), min(left, self._limits.max_bytes))
+            if not self._is_slack(url):
+                raise Skipped("no access (its link is not on a Slack host)")
+            data = await self._download(url, str(meta.get("mimetype") or ""), min(left, self._limits.max_bytes))
             # The download stops just past the cap, so a size found here is a lower bound.
             self._check_size(len(data), left, at_least=True)
             return self._content(kind, name, data), len(data)
         except Skipped as reason:
             log.info("file %s not given to the model: %s", name, reason)
             return [_note(name, str(reason))], 0
+
+    def _is_slack(self, url: str) -> bool:
+        host = (urlsplit(url).hostname or "").lower()
+        return host.endswith(SLACK_HOST_SUFFIXES) or host == urlsplit(self._client.base_url).hostname
 
     def _check_size(self, size: int, left: int, *, at_least: bool = False) -> None:
         limits = self._limits
