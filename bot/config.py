@@ -144,6 +144,10 @@ class Settings(BaseSettings):
     bot_max_input_chars: int = Field(100_000, gt=1_000)
     bot_mcp_config: Path | None = None
     bot_tool_modules: CommaList = ()
+    bot_file_max_bytes: int = Field(5_000_000, gt=0)
+    bot_files_max_total_bytes: int = Field(20_000_000, gt=0)
+    bot_file_text_max_chars: int = Field(100_000, gt=100)
+    bot_upload_over_chars: int = Field(12_000, gt=100)
 
     @field_validator(
         "bot_allowed_users",

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from bot.calls.models import ToolCall
+    from tools.base import SharedFile
 
 JSON = Any
 Message = dict[str, JSON]
@@ -164,6 +165,9 @@ class EngineOutput(Protocol):
         The one awaitable report: the scheduler retries until the edge confirms, so an edge that
         cannot be sure must answer RETRY rather than POSTED.
         """
+
+    def file_shared(self, session_key: str, file: SharedFile) -> None:
+        """A file a tool handed over for the people in the session (Slack uploads it; the console saves it)."""
 
     def turn_finished(self, outcome: TurnOutcome) -> None: ...
 

@@ -25,6 +25,7 @@ from bot.calls.models import CallStatus, ToolCall
 from bot.config import Settings, load_settings
 from bot.model.anthropic import AnthropicProvider
 from bot.types import EngineOutput, ReminderOutcome, ReminderPost, TurnOutcome
+from tools.base import SharedFile
 
 MODEL = "claude-sonnet-5-5"
 WAIT_S = 10.0
@@ -112,6 +113,7 @@ class RecordingOutput:
     outcomes: list[TurnOutcome] = field(default_factory=list)
     notices: list[tuple[str, str]] = field(default_factory=list)
     reminders: list[tuple[str, str]] = field(default_factory=list)
+    files: list[tuple[str, SharedFile]] = field(default_factory=list)
     _waiters: list[_Waiter] = field(default_factory=list)
 
     # EngineOutput
@@ -144,6 +146,10 @@ class RecordingOutput:
         self.reminders.append((post.session_key, post.text))
         self._record("reminder", post.session_key, post.text)
         return ReminderOutcome.POSTED
+
+    def file_shared(self, session_key: str, file: SharedFile) -> None:
+        self.files.append((session_key, file))
+        self._record("file_shared", session_key, file)
 
     def turn_finished(self, outcome: TurnOutcome) -> None:
         self.outcomes.append(outcome)

@@ -8,7 +8,15 @@ from typing import Any
 from conftest import CoreFactory
 from fakes.anthropic_api import FakeAnthropic, Outcome, Reply, text, tool_use, user_texts
 
-from bot.agent.context import STUB_PREFIX, SUMMARY_PREFIX, stub_old_results, summary_cut, truncate_inputs
+from bot.agent.context import (
+    IMAGE_CHARS,
+    STUB_PREFIX,
+    SUMMARY_PREFIX,
+    request_chars,
+    stub_old_results,
+    summary_cut,
+    truncate_inputs,
+)
 from tools.base import ToolContext, tool
 
 KEY = "console:long"
@@ -141,3 +149,17 @@ def test_summaries_cut_only_before_a_persons_message() -> None:
     truncated = [{"role": "user", "content": "y" * 3_000}, {"role": "user", "content": [text("z" * 3_000)]}]
     assert truncate_inputs(truncated, 0, 2_000)
     assert "[truncated: 1000 more characters not shown]" in truncated[0]["content"]
+
+
+def test_images_count_by_what_they_cost_not_their_base64() -> None:
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "A" * 1_000_000}}
+    plain = [{"role": "user", "content": [text("look")]}]
+    with_image = [{"role": "user", "content": [text("look"), image]}]
+    in_result = [
+        {"role": "user", "content": [text("look")]},
+        {"role": "assistant", "content": [tool_use("shot", {}, id="toolu_i")]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_i", "content": [image]}]},
+    ]
+    base = request_chars("", [], plain)
+    assert base + IMAGE_CHARS - 100 < request_chars("", [], with_image) < base + IMAGE_CHARS + 200
+    assert request_chars("", [], in_result) < base + IMAGE_CHARS + 400

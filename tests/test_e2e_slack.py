@@ -391,6 +391,8 @@ async def test_long_answer_is_split_without_losing_text(world: World) -> None:
     paragraphs = [f"Section {i}. " + " ".join(f"word{i}-{j}" for j in range(150)) for i in range(9)]
     answer = "\n\n".join([*paragraphs[:4], code, *paragraphs[4:]])
     assert len(answer) >= 12_000
+    # Past BOT_UPLOAD_OVER_CHARS the answer is uploaded as a file; when Slack refuses that, it is split instead.
+    slack.fail("files.getUploadURLExternal", status=200, error="missing_scope")
     world.script.add("write a lot", Reply.text_only(answer))
     event = await mention(slack, channel, "write a lot")
 

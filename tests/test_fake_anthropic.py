@@ -221,3 +221,24 @@ async def test_stalled_stream_hangs_after_the_first_delta(
             async with asyncio.timeout(0.3):
                 await anext(texts)
     assert fake.stalls == 1
+
+
+IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+PDF = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}}
+
+
+@pytest.mark.parametrize(
+    ("block", "expected"),
+    [
+        (IMAGE, None),
+        (PDF, None),
+        ({**IMAGE, "source": {**IMAGE["source"], "media_type": "image/tiff"}}, "not supported for image"),
+        ({**PDF, "source": {**PDF["source"], "media_type": "text/plain"}}, "not supported for document"),
+        ({**IMAGE, "source": {**IMAGE["source"], "data": "not base64!"}}, "not valid base64"),
+        ({**IMAGE, "source": {"type": "url", "url": "http://x"}}, "only base64"),
+    ],
+)
+def test_validate_checks_image_and_document_sources(block: dict[str, Any], expected: str | None) -> None:
+    body = {"model": MODEL, "max_tokens": 10, "messages": [{"role": "user", "content": [block]}]}
+    problem = validate_request(body)
+    assert problem is None if expected is None else expected in (problem or "")

@@ -230,10 +230,11 @@ async def test_injection_fuse() -> None:
 
 def test_toolbox_problems() -> None:
     box = Toolbox(builtin_tools(enable_shell=False))
-    assert box.names == ["now", "wordcount", "sleep_for"]
+    assert box.names == ["now", "wordcount", "sleep_for", "share_file"]
     assert box.problem("now", {}) is None
     assert box.problem("sleep_for", {"seconds": 2}) is None
-    assert box.problem("teleport", {}) == "unknown tool 'teleport'; available tools: now, wordcount, sleep_for"
+    available = "now, wordcount, sleep_for, share_file"
+    assert box.problem("teleport", {}) == f"unknown tool 'teleport'; available tools: {available}"
     assert box.problem("now", [1]) == "arguments must be a JSON object"
     assert box.problem("sleep_for", {}) == "invalid arguments for sleep_for: 'seconds' is a required property"
     assert box.problem("sleep_for", {"seconds": -1}) == (

@@ -120,15 +120,13 @@ async def test_edits_bots_joins_and_chatter_never_reach_the_model(rig: Rig) -> N
     assert rig.metrics.counts["events_ignored_total"] == 5
 
 
-async def test_a_file_share_reaches_the_model_with_a_note(rig: Rig) -> None:
+async def test_a_file_share_reaches_the_model_with_its_contents(rig: Rig) -> None:
     slack = rig.slack
-    event = slack.user_message("D1", "what is in this?")
-    event |= {"subtype": "file_share", "files": [{"name": "data.csv", "mimetype": "text/csv"}]}
+    csv = slack.files.share("data.csv", "a,b\n1,2\n", "text/csv")
+    event = slack.files.attach(slack.user_message("D1", "what is in this?"), csv)
     await rig.send(event)
     await rig.wait_post("D1", event["ts"], "ok")
-    assert user_texts(rig.model.requests[0]) == [
-        "what is in this?\n[the user attached 1 file(s): data.csv (text/csv); their contents are not available]"
-    ]
+    assert user_texts(rig.model.requests[0]) == ["what is in this?", "[file data.csv]\na,b\n1,2\n"]
 
 
 async def test_stop_with_nothing_running_says_so(rig: Rig) -> None:

@@ -61,14 +61,13 @@ def test_events_the_bot_must_not_answer(event: dict[str, Any]) -> None:
     assert classify(body(**event), BOT) is None
 
 
-def test_file_shares_are_text_with_a_note() -> None:
-    files = [{"name": "report.pdf", "mimetype": "application/pdf"}, {"title": "notes"}]
+def test_file_shares_carry_slacks_file_objects() -> None:
+    files = [{"name": "report.pdf", "mimetype": "application/pdf"}, {"title": "notes"}, "not a file object"]
     incoming = classify(body(subtype="file_share", text="see attached", files=files), BOT)
-    assert incoming is not None and incoming.files == ("report.pdf (application/pdf)", "notes")
-    prompt = incoming.prompt()
-    assert prompt.startswith("see attached\n[the user attached 2 file(s): report.pdf (application/pdf), notes;")
+    assert incoming is not None and incoming.files == tuple(files[:2])
+    assert incoming.text == "see attached"
     only_files = classify(body(subtype="file_share", text="", files=files), BOT)
-    assert only_files is not None and only_files.prompt().startswith("[the user attached 2 file(s)")
+    assert only_files is not None and only_files.text == "" and len(only_files.files) == 2
 
 
 @pytest.mark.parametrize(

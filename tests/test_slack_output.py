@@ -101,6 +101,8 @@ async def test_a_quick_answer_is_posted_whole_without_edits(tmp_path: Path) -> N
 
 
 async def test_a_long_streamed_answer_becomes_several_messages(rig: Rig) -> None:
+    # Past BOT_UPLOAD_OVER_CHARS the answer is uploaded as a file; when Slack refuses that, it is split instead.
+    rig.slack.fail("files.getUploadURLExternal", status=200, error="missing_scope")
     paragraphs = [f"Part {i}: " + "lorem ipsum " * 60 for i in range(20)]
     text = "\n\n".join(paragraphs)
     for start in range(0, len(text), 500):

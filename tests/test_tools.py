@@ -65,8 +65,9 @@ async def test_wordcount(tmp_path: Path, text: str, words: int) -> None:
 
 
 def test_builtin_tools_offer_the_shell_only_when_enabled() -> None:
-    assert [t.name for t in builtin_tools(enable_shell=False)] == ["now", "wordcount", "sleep_for"]
-    assert [t.name for t in builtin_tools(enable_shell=True)] == ["now", "wordcount", "sleep_for", "run_command"]
+    assert [t.name for t in builtin_tools(enable_shell=False)] == ["now", "wordcount", "sleep_for", "share_file"]
+    with_shell = ["now", "wordcount", "sleep_for", "share_file", "run_command"]
+    assert [t.name for t in builtin_tools(enable_shell=True)] == with_shell
 
 
 def test_tool_specs_have_the_contract_shape() -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from tools.base import Tool
 from tools.now import now
 from tools.run_command import run_command
+from tools.share_file import share_file
 from tools.sleep_for import sleep_for
 from tools.wordcount import wordcount
 
 
 def builtin_tools(*, enable_shell: bool) -> list[Tool]:
     """The plain tools; `run_command` only when the operator turned the shell on."""
-    return [now, wordcount, sleep_for, *([run_command] if enable_shell else [])]
+    return [now, wordcount, sleep_for, share_file, *([run_command] if enable_shell else [])]

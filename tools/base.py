@@ -8,6 +8,12 @@ input schema and a run function, sync or async. Async tools are cancelled with
 Each tool also says what kind of work it does (`ToolKind`), because the caps
 differ: a call that only awaits I/O costs a coroutine, while a thread or a
 subprocess costs the machine.
+
+A tool may hand a file to the people in the session with `ctx.share_file`. The
+sink it goes to is taken from `FILE_SINK` when the context is built: the turn
+sets it, and asyncio copies it into every task the turn starts, so the file
+reaches the edge of the session that made the call without the call registry
+having to know about files.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import asyncio
 import inspect
 import threading
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import tzinfo
 from enum import StrEnum
@@ -46,6 +53,20 @@ async def _untracked(pgid: int) -> None:
     """A context outside the registry (a test, a script) has nowhere to record groups."""
 
 
+@dataclass(frozen=True, slots=True)
+class SharedFile:
+    """A file a tool hands to the people in the session: Slack uploads it in the thread, the console saves it."""
+
+    name: str
+    content: bytes
+    mimetype: str = "application/octet-stream"
+
+
+FileSink = Callable[[SharedFile], None]
+FILE_SINK: ContextVar[FileSink | None] = ContextVar("threadbot_file_sink", default=None)
+"""Where `ToolContext.share_file` sends files in the current turn; None where no edge takes them."""
+
+
 @dataclass(slots=True)
 class ToolContext:
     """Handed to each run: who is calling, where to report progress, how to notice a cancel."""
@@ -62,6 +83,7 @@ class ToolContext:
     track_process_group: Callable[[int], Awaitable[None]] = _untracked
     """Await it with the id of each process group the tool starts: the daemon records it with the call,
     so a start after a crash can kill what is left of it."""
+    share: FileSink | None = field(default_factory=FILE_SINK.get)
 
     def progress(self, payload: JSON, kind: str = "partial") -> None:
         """Record structured progress; safe to call from the event loop or from a tool's thread."""
@@ -72,6 +94,16 @@ class ToolContext:
 
     def log(self, line: str) -> None:
         self.progress(line, kind="log")
+
+    def share_file(self, name: str, content: bytes, mimetype: str = "application/octet-stream") -> None:
+        """Hand a file to the people in the session; safe from a tool's thread. A ToolError where none can be."""
+        if self.share is None:
+            raise ToolError("files cannot be shared from here (no conversation to share them in)")
+        shared = SharedFile(name, content, mimetype)
+        if threading.get_ident() == self.loop_thread:
+            self.share(shared)
+        else:
+            self.loop.call_soon_threadsafe(self.share, shared)
 
 
 @dataclass(frozen=True, slots=True)

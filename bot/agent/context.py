@@ -57,8 +57,35 @@ class SizeEstimate:
         return int(tokens / self._tokens_per_char)
 
 
+IMAGE_CHARS = int(1_600 * CHARS_PER_TOKEN)
+"""An image costs the model about 1,600 tokens whatever its size in base64 (the API scales large ones down)."""
+DOCUMENT_CHARS_PER_BYTE = 0.1
+"""A PDF costs about 2,000 tokens a page, a page being some 70 KB of file: a tenth of a character per byte."""
+
+
 def request_chars(system: str, tools: list[dict[str, JSON]], messages: list[Message]) -> int:
-    return len(json.dumps([system, tools, messages], ensure_ascii=False))
+    """The request's size in characters of JSON, images and PDFs counted by what they cost, not their base64."""
+    size = len(json.dumps([system, tools, messages], ensure_ascii=False))
+    for block in _media_blocks(messages):
+        data = str(block.get("source", {}).get("data", ""))
+        cost = IMAGE_CHARS if block["type"] == "image" else int(len(data) * 3 / 4 * DOCUMENT_CHARS_PER_BYTE)
+        size += cost - len(data)
+    return size
+
+
+def _media_blocks(messages: list[Message]) -> list[dict[str, JSON]]:
+    """Base64 image and document blocks, at the top of a message or inside a tool result."""
+    found: list[dict[str, JSON]] = []
+    for message in messages:
+        content = message["content"]
+        if isinstance(content, str):
+            continue
+        for block in content:
+            inner = block.get("content") if block.get("type") == "tool_result" else None
+            for item in [block, *(inner if isinstance(inner, list) else [])]:
+                if item.get("type") in ("image", "document") and item.get("source", {}).get("type") == "base64":
+                    found.append(item)
+    return found
 
 
 def truncate_inputs(messages: list[Message], start: int, max_chars: int) -> bool:

@@ -94,7 +94,7 @@ class Engine:
         if not self._accepting:
             return Delivery.REFUSED
         if self.is_busy(session_key):
-            self._session(session_key).injections.put(_plain_text(content), inbox_id)
+            self._session(session_key).injections.put(content, inbox_id)
             return Delivery.INJECTED
         blocks = [protocol.text_block(content)] if isinstance(content, str) else content
         inbox_ids = [inbox_id] if inbox_id is not None else []
@@ -132,7 +132,7 @@ class Engine:
                 continue
             await self._store.count_resume(key)
             self._output.notice(key, RESTART_NOTICE)
-            blocks = [protocol.text_block(item.text) for item in pending]
+            blocks = [block for item in pending for block in item.content]
             self._start(key, blocks, inbox_ids=[item.id for item in pending], resumed=True)
             resumed.append(key)
         if resumed:
@@ -273,9 +273,3 @@ class Engine:
         elif not has_news and not self.is_busy(session_key):
             # Idle with nothing pending: forget it, so a long-running daemon keeps no per-thread state.
             self._sessions.pop(session_key, None)
-
-
-def _plain_text(content: str | list[dict[str, JSON]]) -> str:
-    if isinstance(content, str):
-        return content
-    return "\n".join(block.get("text", "") for block in content if block.get("type") == "text")

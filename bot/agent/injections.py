@@ -1,20 +1,24 @@
 """Per-session injection queue: what people say while a turn runs.
 
-The edge puts lines in; the turn loop is woken by `arrived` and drains them.
-The per-turn fuse stops a producer that never pauses from keeping a turn alive.
-Each line keeps the id of its inbox row, so the turn that stores it in the
-history can mark the row stored in the same transaction.
+The edge puts notes in; the turn loop is woken by `arrived` and drains them.
+A note is a line of text, or content blocks when it carries more than text (a
+file shared in the thread). The per-turn fuse stops a producer that never pauses
+from keeping a turn alive. Each note keeps the id of its inbox row, so the turn
+that stores it in the history can mark the row stored in the same transaction.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Any
+
+Content = str | list[dict[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)
 class Note:
-    text: str
+    content: Content
     inbox_id: int | None = None
 
 
@@ -25,9 +29,11 @@ class Injections:
         self._taken_this_turn = 0
         self.arrived = asyncio.Event()
 
-    def put(self, line: str, inbox_id: int | None = None) -> None:
-        if line.strip():
-            self._lines.append(Note(line.strip(), inbox_id))
+    def put(self, content: Content, inbox_id: int | None = None) -> None:
+        if isinstance(content, str):
+            content = content.strip()
+        if content:
+            self._lines.append(Note(content, inbox_id))
             self.arrived.set()
 
     def drain(self) -> list[Note]:

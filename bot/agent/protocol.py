@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import uuid
 
+from bot.agent.injections import Content
 from bot.calls.models import JSON, CallStatus, ToolCall
 from bot.types import Message
 from tools.base import result_blocks
@@ -99,8 +100,17 @@ def text_block(text: str) -> dict[str, JSON]:
     return {"type": "text", "text": text}
 
 
-def injection_blocks(lines: list[str]) -> list[dict[str, JSON]]:
-    return [text_block(f"{INJECTION_PREFIX} {line}") for line in lines]
+def injection_blocks(notes: list[Content]) -> list[dict[str, JSON]]:
+    """Each note labelled as mid-turn: its leading text gets the prefix, blocks of other kinds follow it."""
+    blocks: list[dict[str, JSON]] = []
+    for note in notes:
+        if isinstance(note, str):
+            blocks.append(text_block(f"{INJECTION_PREFIX} {note}"))
+        elif note[0].get("type") == "text":
+            blocks += [text_block(f"{INJECTION_PREFIX} {note[0]['text']}"), *note[1:]]
+        else:
+            blocks += [text_block(INJECTION_PREFIX), *note]
+    return blocks
 
 
 def append_user(messages: list[Message], blocks: list[dict[str, JSON]]) -> Message:

@@ -16,6 +16,7 @@ resumes it (`Engine.resume`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from bot.config import YieldStrategy
 from bot.errors import ContextOverflow, ModelError
 from bot.store import Store
 from bot.types import Billing, EngineOutput, Message, ModelReply, ModelRequest, Provider, TurnOutcome
+from tools.base import FILE_SINK
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +107,8 @@ class TurnRunner:
         outcome = TurnOutcome(session_key=key)
         conversation: _Conversation | None = None
         request.injections.new_turn()
+        # Set in this turn's own context: the calls it starts inherit it, so their files reach this session's edge.
+        FILE_SINK.set(functools.partial(self._output.file_shared, key))
         self._output.turn_started(key)
         try:
             await self._store.ensure_session(key)
@@ -142,7 +146,7 @@ class TurnRunner:
         cut_off = False  # the previous reply hit the output limit and this one continues it
         for outcome.iterations in range(1, self._settings.max_iterations + 1):
             if notes := request.injections.drain():
-                protocol.append_user(messages, protocol.injection_blocks([note.text for note in notes]))
+                protocol.append_user(messages, protocol.injection_blocks([note.content for note in notes]))
                 owed = [note.inbox_id for note in notes if note.inbox_id is not None]
                 conversation.inbox_ids += owed
                 conversation.owes = conversation.owes or bool(owed)

@@ -34,7 +34,7 @@ class PipedChat:
         self._settings = settings
         self._key = console_key(session)
         self._stdin = stdin
-        self._output = ConsoleOutput(stdout)
+        self._output = ConsoleOutput(stdout, files_dir=settings.bot_data_dir / "files")
         self._lines: asyncio.Queue[str | None] = asyncio.Queue()
         self._quit = asyncio.Event()
         self._pending_read: asyncio.Task[str | None] | None = None

@@ -13,24 +13,29 @@ import binascii
 import json
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from bot.agent import protocol
 from bot.app import open_core
 from bot.calls.models import ToolCall
 from bot.config import Settings
+from bot.console.saved_files import save_shared
 from bot.errors import ThreadbotError
 from bot.text import clean_text
 from bot.types import ReminderOutcome, ReminderPost, TurnOutcome
+from tools.base import SharedFile
 
 
 @dataclass
 class CollectingOutput:
-    """Keeps what a JSON report needs: the text, every call seen, and the errors."""
+    """Keeps what a JSON report needs: the text, every call seen, the files shared, and the errors."""
 
+    files_dir: Path
     text: list[str] = field(default_factory=list)
     calls: dict[str, ToolCall] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
 
     def turn_started(self, session_key: str) -> None:
         if self.text and not self.text[-1].endswith("\n"):
@@ -58,6 +63,12 @@ class CollectingOutput:
     async def reminder(self, post: ReminderPost) -> ReminderOutcome:
         self.notices.append(f"reminder: {post.text}")
         return ReminderOutcome.POSTED
+
+    def file_shared(self, session_key: str, file: SharedFile) -> None:
+        try:
+            self.files.append(str(save_shared(file, self.files_dir)))
+        except OSError as exc:
+            self.notices.append(f"{file.name} could not be saved: {exc.strerror or exc}")
 
     def turn_finished(self, outcome: TurnOutcome) -> None:
         pass
@@ -90,7 +101,7 @@ async def oneshot(
         session_key, earlier_calls = decode_token(resume)
     else:
         session_key = f"oneshot:{session or uuid.uuid4().hex[:12]}"
-    output = CollectingOutput()
+    output = CollectingOutput(files_dir=settings.bot_data_dir / "files")
     # Only a run that waits may fire this session's own waits and reminders; never another session's.
     owns = (lambda key: key == session_key) if wait_for_async else (lambda key: False)
     async with open_core(settings, output, abandon_on_exit=not wait_for_async, owns=owns) as core:
@@ -125,6 +136,8 @@ def _report(session_key: str, output: CollectingOutput, outcome: TurnOutcome | N
         ],
         "continuation": encode_token(session_key, pending) if pending else None,
     }
+    if output.files:
+        report["files"] = output.files
     if output.notices:
         report["notices"] = output.notices
     if outcome is not None and outcome.error:

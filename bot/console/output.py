@@ -5,16 +5,20 @@ Into a pipe nothing is redrawn: a reader (or a script) gets plain lines in order
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TextIO
 
 from bot.calls.models import CallStatus, ToolCall
 from bot.calls.summary import call_label, icon, state_text
+from bot.console.saved_files import shared_line
 from bot.types import ReminderOutcome, ReminderPost, TurnOutcome
+from tools.base import SharedFile
 
 
 class ConsoleOutput:
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, *, files_dir: Path) -> None:
         self._out = stream
+        self._files_dir = files_dir
         self._in_text = False
         self._last_state: dict[str, str] = {}
 
@@ -51,6 +55,10 @@ class ConsoleOutput:
         """Printed is delivered: a terminal cannot fail to show it."""
         self.line(f"⏰ {post.text}")
         return ReminderOutcome.POSTED
+
+    def file_shared(self, session_key: str, file: SharedFile) -> None:
+        """Saved under BOT_DATA_DIR/files, and the path printed: a terminal has nowhere to upload it."""
+        self.line(shared_line(file, self._files_dir))
 
     def turn_finished(self, outcome: TurnOutcome) -> None:
         if outcome.cancelled_by:

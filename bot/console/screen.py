@@ -11,12 +11,15 @@ what the person is typing.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from bot.agent.engine import Delivery
 from bot.calls.models import CallStatus, ToolCall
 from bot.calls.summary import call_label, icon, state_text
 from bot.console.fit import break_row, fit
+from bot.console.saved_files import shared_line
 from bot.types import ReminderOutcome, ReminderPost, TurnOutcome
+from tools.base import SharedFile
 
 ANSWER_PREFIX = "assistant: "
 ACK = "👀"
@@ -33,7 +36,10 @@ class TerminalOutput:
         refresh: Callable[[], None],
         columns: Callable[[], int],
         thinking_s: Callable[[], float | None] = lambda: None,
+        files_dir: Path = Path("files"),
     ) -> None:
+        """`files_dir` is where files a tool shares are saved (the daemon's BOT_DATA_DIR/files)."""
+        self._files_dir = files_dir
         self._print = print_line
         self._refresh = refresh
         self._columns = columns
@@ -93,6 +99,10 @@ class TerminalOutput:
     def turn_started(self, session_key: str) -> None:
         self._turns.add(session_key)
         self._refresh()
+
+    def file_shared(self, session_key: str, file: SharedFile) -> None:
+        """Saved under BOT_DATA_DIR/files, and the path printed: a terminal has nowhere to upload it."""
+        self._print(shared_line(file, self._files_dir))
 
     def model_call_started(self, session_key: str) -> None:
         """Nothing to do: the thinking indicator follows `WatchedProvider`, which also sees each request end."""

@@ -58,6 +58,7 @@ class TerminalChat:
                     refresh=prompt.app.invalidate,
                     columns=lambda: prompt.output.get_size().columns,
                     thinking_s=lambda: thinking.thinking_s,
+                    files_dir=self._settings.bot_data_dir / "files",
                 )
                 printer(BANNER)
                 try:

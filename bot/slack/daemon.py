@@ -89,7 +89,14 @@ async def _run(
     async with contextlib.AsyncExitStack() as stack:
         await edits.start()
         stack.push_async_callback(edits.close, EDITS_FLUSH_S)
-        edge = SlackEdge(client, edits, team_id=me.team_id, metrics=metrics, posts=posts)
+        edge = SlackEdge(
+            client,
+            edits,
+            team_id=me.team_id,
+            metrics=metrics,
+            posts=posts,
+            upload_over_chars=settings.bot_upload_over_chars,
+        )
 
         def owns(key: str) -> bool:
             return key.startswith((SESSION_PREFIX, HEARTBEAT_SESSION_PREFIX))

@@ -23,7 +23,9 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.engine import Delivery, Engine
+from bot.agent.protocol import text_block
 from bot.config import Settings
+from bot.slack.files import FileLimits, FileReader
 from bot.slack.filters import Incoming, addressed, allowed, classify, may_cancel
 from bot.slack.history import thread_context, with_context
 from bot.slack.metrics import Metrics
@@ -57,6 +59,7 @@ class MessageRouter:
         self._bot_user_id = bot_user_id
         self._metrics = metrics
         self._locks = KeyedLocks()
+        self._files = FileReader(client, FileLimits.of(settings))
 
     async def handle(self, body: dict[str, Any]) -> None:
         """One `message` or `app_mention` event, start to finish."""
@@ -88,7 +91,7 @@ class MessageRouter:
                 assert session_key is not None
                 await self._stop(session_key, incoming)
             return
-        text, address = incoming.prompt(), {"speaker": incoming.user}
+        text, address = incoming.text, {"speaker": incoming.user}
         if session_key is None:
             address = self._new_address(incoming)
             if incoming.in_thread:
@@ -100,10 +103,12 @@ class MessageRouter:
                     bot_user_id=self._bot_user_id,
                 )
                 text = with_context(context, text)
-        if not text.strip():
+        if not text.strip() and not incoming.files:
             text = "(the user mentioned you without saying anything else)"
+        content = await self._with_files(text, incoming)
         # The ack is a promise: the message is in the store, owed an answer, before the engine sees it.
-        item = await self._store.claim_message(keys, session_key or incoming.key, text, address=address)
+        blocks = content if isinstance(content, list) else None
+        item = await self._store.claim_message(keys, session_key or incoming.key, text, address=address, blocks=blocks)
         if item is None:
             self._metrics.inc("events_duplicate_total")
             return
@@ -111,7 +116,7 @@ class MessageRouter:
             self._edge.remember_address(item.session_key, address)
         else:
             self._edge.remember_speaker(item.session_key, incoming.user)
-        await self._deliver(item.session_key, incoming, text, item.id)
+        await self._deliver(item.session_key, incoming, content, item.id)
 
     @staticmethod
     def _new_address(incoming: Incoming) -> dict[str, Any]:
@@ -124,8 +129,17 @@ class MessageRouter:
             "speaker": incoming.user,
         }
 
-    async def _deliver(self, session_key: str, incoming: Incoming, text: str, inbox_id: int) -> None:
-        delivery = self._engine.submit(session_key, text, inbox_id=inbox_id, requester=incoming.user)
+    async def _with_files(self, text: str, incoming: Incoming) -> str | list[dict[str, Any]]:
+        """The text, followed by the files shared with it as blocks the model can read (or notes why not)."""
+        if not incoming.files:
+            return text
+        blocks = await self._files.blocks(incoming.files)
+        return [text_block(text), *blocks] if text.strip() else blocks
+
+    async def _deliver(
+        self, session_key: str, incoming: Incoming, content: str | list[dict[str, Any]], inbox_id: int
+    ) -> None:
+        delivery = self._engine.submit(session_key, content, inbox_id=inbox_id, requester=incoming.user)
         if delivery is Delivery.STARTED:
             self._metrics.inc("turns_started_total")
             self._edge.note_request(session_key, incoming.channel, incoming.ts, incoming.user)

@@ -37,7 +37,7 @@ class Incoming:
     thread_ts: str  # the thread root: the message's own ts for a top-level message
     mentioned: bool
     direct: bool  # a 1:1 DM with the bot: every message is for it
-    files: tuple[str, ...] = ()
+    files: tuple[dict[str, Any], ...] = ()  # Slack's file objects, as the event carries them
 
     @property
     def key(self) -> str:
@@ -52,27 +52,10 @@ class Incoming:
     def is_stop(self) -> bool:
         return self.text.strip().strip(".!").lower() in STOP_WORDS
 
-    def prompt(self) -> str:
-        """The text for the model, with a note for attached files (their contents are not fetched)."""
-        if not self.files:
-            return self.text
-        note = (
-            f"[the user attached {len(self.files)} file(s): {', '.join(self.files)}; their contents are not available]"
-        )
-        return f"{self.text}\n{note}" if self.text else note
-
 
 def strip_mention(text: str, bot_user_id: str) -> str:
     """The text without the bot's own `<@UBOT>` / `<@UBOT|name>` mentions."""
     return re.sub(rf"<@{re.escape(bot_user_id)}(\|[^>]*)?>", "", text).strip()
-
-
-def _file_label(item: Any) -> str:
-    if not isinstance(item, dict):
-        return "a file"
-    name = clean_text(str(item.get("name") or item.get("title") or "a file"))
-    kind = item.get("mimetype") or item.get("filetype")
-    return f"{name} ({kind})" if kind else name
 
 
 def classify(body: dict[str, Any], bot_user_id: str) -> Incoming | None:
@@ -101,7 +84,7 @@ def classify(body: dict[str, Any], bot_user_id: str) -> Incoming | None:
         thread_ts=str(event.get("thread_ts") or ts),
         mentioned=mentioned,
         direct=channel_type == "im",
-        files=tuple(_file_label(item) for item in event.get("files") or ()),
+        files=tuple(item for item in event.get("files") or () if isinstance(item, dict)),
     )
 
 

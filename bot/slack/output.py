@@ -48,8 +48,10 @@ from bot.slack.render import (
 from bot.slack.reply import FIRST_POST_WAIT_S, ReplyStream
 from bot.slack.sessions import Sessions
 from bot.slack.status import StatusBoard, StatusMessage
+from bot.slack.uploads import ANSWER_FILE, UPLOAD_OVER_CHARS, answer_comment, upload
 from bot.store import Store
 from bot.types import ReminderOutcome, ReminderPost, TurnOutcome
+from tools.base import SharedFile
 
 log = logging.getLogger(__name__)
 
@@ -70,11 +72,13 @@ class SlackEdge:
         metrics: Metrics | None = None,
         posts: PostQueue | None = None,
         first_post_wait_s: float = FIRST_POST_WAIT_S,
+        upload_over_chars: int = UPLOAD_OVER_CHARS,
     ) -> None:
         """`posts` should use a client without the SDK's 429 retries (see `build_client`); by default, `client`."""
         self._client = client
         self._posts = posts or PostQueue(client)
         self._outbox: Outbox | None = None
+        self._upload_over_chars = upload_over_chars
         self._first_post_wait_s = first_post_wait_s
         self._edits = edits
         self._metrics = metrics or Metrics()
@@ -173,6 +177,17 @@ class SlackEdge:
 
         self._put(key, settle, holdable=False)
         return await landed
+
+    def file_shared(self, session_key: str, file: SharedFile) -> None:
+        async def share() -> None:
+            address = await self._sessions.address(session_key)
+            if address is not None and address.thread_ts is None:
+                await self.post(session_key, f"📎 {file.name}")  # a heartbeat session: this opens its thread
+            error = await self._upload(session_key, file.name, file.content, f"📎 {file.name}")
+            if error is not None:
+                await self._post_line(session_key, f"⚠️ Could not share {file.name} here ({error}).")
+
+        self._put(session_key, share)
 
     def turn_finished(self, outcome: TurnOutcome) -> None:
         key = outcome.session_key
@@ -308,6 +323,8 @@ class SlackEdge:
                 quiet=lambda: session.address.quiet_reply if session.address else None,
                 outcomes=lambda: self._outcomes(key),
                 first_post_wait_s=self._first_post_wait_s,
+                overflow=lambda text, continued: self._upload_answer(key, text, continued),
+                overflow_chars=self._upload_over_chars,
             )
         return session.reply
 
@@ -330,6 +347,23 @@ class SlackEdge:
 
     def _notice(self, key: str, text: str) -> None:
         self._put(key, lambda: self._post_line(key, text))
+
+    async def _upload(self, key: str, filename: str, content: bytes | str, comment: str) -> str | None:
+        """Into the session's thread; None on success, else why not (a heartbeat session may have none yet)."""
+        address = await self._sessions.address(key)
+        if address is None or address.thread_ts is None:
+            return "no thread to share it in"
+        return await upload(
+            self._client,
+            channel=address.channel,
+            thread_ts=address.thread_ts,
+            filename=filename,
+            content=content,
+            comment=comment,
+        )
+
+    async def _upload_answer(self, key: str, text: str, continued: bool) -> bool:
+        return await self._upload(key, ANSWER_FILE, text, answer_comment(text, continued=continued)) is None
 
     async def _post_line(self, key: str, text: str) -> None:
         await self.post(key, text, owed=True)

@@ -28,6 +28,11 @@ When the answer ends while its calls' final states are still queued behind the e
 budget, its last part carries those outcomes, so it never sits next to a status
 message that still reads "running".
 
+An answer that grows past `overflow_chars` stops growing in Slack: the parts
+already shown are sealed as they are, and when it is done the whole of it goes
+to `overflow` (an upload as a file); if that fails, the rest is posted as
+messages after all.
+
 A quiet session (the heartbeat's) is not streamed: its answer is posted once, when
 done, and not at all if it is exactly the quiet word. Whether a session is quiet is
 asked lazily, because its address may still be loading when the first words arrive;
@@ -51,6 +56,8 @@ FIRST_POST_WAIT_S = 1.0
 
 Enqueue = Callable[[Callable[[], Awaitable[None]]], None]
 """Queues an operation behind the session's other Slack operations."""
+Overflow = Callable[[str, bool], Awaitable[bool]]
+"""Takes a whole answer too long for messages (and whether its start is shown); False if it could not."""
 
 
 @dataclass(slots=True)
@@ -69,6 +76,8 @@ class ReplyStream:
     quiet: Callable[[], str | None] = lambda: None
     outcomes: Callable[[], Block | None] = lambda: None
     first_post_wait_s: float = FIRST_POST_WAIT_S
+    overflow: Overflow | None = None
+    overflow_chars: int = 0
     text: str = ""
     done: bool = False
     parts: list[_Part] = field(default_factory=list)
@@ -101,9 +110,17 @@ class ReplyStream:
         quiet = self.quiet()
         return quiet is not None and (not self.done or self.text.strip() == quiet)
 
+    def _oversized(self) -> bool:
+        return self.overflow is not None and len(self.text) > self.overflow_chars
+
     def _sync(self) -> None:
         """Edit the parts that exist; queue one flush for the parts that do not exist yet."""
         if not self._spoken or self._held_back() or (self._deferred and not self.done):
+            return
+        if self._oversized():
+            if self.done and not self._flush_queued:
+                self._flush_queued = True
+                self.enqueue(self._spill)
             return
         chunks = self._chunks
         for index, chunk in enumerate(chunks):
@@ -126,7 +143,7 @@ class ReplyStream:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._finished.wait(), self.first_post_wait_s)
         try:
-            while not self._held_back():
+            while not self._held_back() and not self._oversized():
                 chunks = self._chunks
                 index = len(self.parts)
                 if index >= len(chunks):
@@ -155,3 +172,17 @@ class ReplyStream:
         if self.done and index == len(self._chunks) - 1 and (outcomes := self.outcomes()) is not None:
             blocks = [*blocks, outcomes]
         return text, blocks
+
+    async def _spill(self) -> None:
+        """Seal the parts shown as they are and hand the whole answer over; on failure post the rest after all."""
+        for part in self.parts:
+            if not part.final and part.channel is not None and part.ts is not None:
+                text, blocks = answer_message(part.shown)
+                self.edit(part.channel, part.ts, text, blocks, True)
+            part.final = True
+        assert self.overflow is not None
+        taken = await self.overflow(self.text, bool(self.parts))
+        self._flush_queued = False
+        if not taken:
+            self.overflow = None
+            self._sync()

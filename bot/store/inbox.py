@@ -18,6 +18,7 @@ Mixed into `Store` so this SQL stays in the store package but out of `store.py`.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
@@ -30,7 +31,7 @@ import aiosqlite
 from bot.calls.models import utcnow
 from bot.store.schema import dumps, fetch, ts
 
-_COLUMNS = "id, session_key, text, claimed_at, turn_id, resumes"
+_COLUMNS = "id, session_key, text, blocks, claimed_at, turn_id, resumes"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,13 @@ class InboxItem:
     turn_id: str | None
     resumes: int = 0
     """How many starts have resumed it already (a message that kills the process must not do so forever)."""
+    blocks: list[dict[str, Any]] | None = None
+    """The message as content blocks when it carried more than text (files shared with it)."""
+
+    @property
+    def content(self) -> list[dict[str, Any]]:
+        """What the model is handed again when a restart resumes the message."""
+        return self.blocks if self.blocks is not None else [{"type": "text", "text": self.text}]
 
     @property
     def pending(self) -> bool:
@@ -59,13 +67,16 @@ def _item(row: sqlite3.Row) -> InboxItem:
         claimed_at=datetime.fromisoformat(row["claimed_at"]),
         turn_id=row["turn_id"],
         resumes=int(row["resumes"]),
+        blocks=json.loads(row["blocks"]) if row["blocks"] is not None else None,
     )
 
 
-async def insert_inbox(db: aiosqlite.Connection, session_key: str, text: str) -> int:
+async def insert_inbox(
+    db: aiosqlite.Connection, session_key: str, text: str, blocks: list[dict[str, Any]] | None = None
+) -> int:
     """Add a pending row inside the caller's transaction; returns its id (for claims made elsewhere in the store)."""
-    sql = "INSERT INTO inbox (session_key, text, claimed_at) VALUES (?, ?, ?) RETURNING id"
-    rows = await fetch(db, sql, session_key, text, ts(utcnow()))
+    sql = "INSERT INTO inbox (session_key, text, blocks, claimed_at) VALUES (?, ?, ?, ?) RETURNING id"
+    rows = await fetch(db, sql, session_key, text, dumps(blocks) if blocks is not None else None, ts(utcnow()))
     return int(rows[0][0])
 
 
@@ -99,9 +110,16 @@ class InboxQueries:
         async def _require_session(db: aiosqlite.Connection, key: str) -> None: ...
 
     async def claim_message(
-        self, keys: Sequence[str], session_key: str, text: str, *, address: dict[str, Any]
+        self,
+        keys: Sequence[str],
+        session_key: str,
+        text: str,
+        *,
+        address: dict[str, Any],
+        blocks: list[dict[str, Any]] | None = None,
     ) -> InboxItem | None:
-        """Record `keys` as seen and `text` as owed an answer, in one transaction; None if any key was seen.
+        """Record `keys` as seen and `text` (with `blocks`, its content with files) as owed an answer, in one
+        transaction; None if any key was seen.
 
         The session is created with `address` if it does not exist yet, else `address` is merged into
         its stored one (new keys win): who speaks now is saved with what they said.
@@ -118,10 +136,10 @@ class InboxQueries:
                     "ON CONFLICT(key) DO UPDATE SET address = json_patch(sessions.address, excluded.address)",
                     (session_key, now, dumps(address)),
                 )
-                inbox_id = await insert_inbox(db, session_key, text)
+                inbox_id = await insert_inbox(db, session_key, text, blocks)
         except _Seen:
             return None
-        return InboxItem(inbox_id, session_key, text, datetime.fromisoformat(now), None)
+        return InboxItem(inbox_id, session_key, text, datetime.fromisoformat(now), None, blocks=blocks)
 
     async def add_inbox(self, session_key: str, text: str) -> InboxItem:
         """Owe an answer to `text` (an edge without event ids: the console); KeyError if the session is unknown."""

@@ -154,6 +154,7 @@ CREATE TABLE inbox (
     id           INTEGER PRIMARY KEY AUTOINCREMENT,
     session_key  TEXT NOT NULL REFERENCES sessions(key) ON DELETE CASCADE,
     text         TEXT NOT NULL,
+    blocks       TEXT,
     claimed_at   TEXT NOT NULL,
     turn_id      TEXT,
     resumes      INTEGER NOT NULL DEFAULT 0,

@@ -8,6 +8,8 @@ the real API would reject (tool_use/tool_result pairing, sampling parameters), s
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import inspect
 import itertools
@@ -125,9 +127,30 @@ def _check_message(i: int, msg: Any) -> str | None:
             return f"messages.{i}.content.{j}: unknown content block type {kind!r}"
         if kind == "text" and not block.get("text"):
             return f"messages.{i}.content.{j}: text content blocks must be non-empty"
+        if kind in _MEDIA_TYPES and (problem := _check_source(kind, block.get("source"))):
+            return f"messages.{i}.content.{j}.source: {problem}"
         if (kind == "tool_use" and msg["role"] != "assistant") or (kind == "tool_result" and msg["role"] != "user"):
             return f"messages.{i}.content.{j}: `{kind}` blocks are not allowed in {msg['role']} messages"
     return None
+
+
+# What the real API accepts in a base64 `source` of an image / document block.
+_MEDIA_TYPES = {
+    "image": frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"}),
+    "document": frozenset({"application/pdf"}),
+}
+
+
+def _check_source(kind: str, source: Any) -> str | None:
+    if not isinstance(source, dict) or source.get("type") != "base64":
+        return "only base64 sources are accepted by this fake"
+    if source.get("media_type") not in _MEDIA_TYPES[kind]:
+        return f"media_type {source.get('media_type')!r} is not supported for {kind} blocks"
+    try:
+        base64.b64decode(str(source.get("data") or ""), validate=True)
+    except (binascii.Error, ValueError):
+        return "data is not valid base64"
+    return None if source.get("data") else "data must be non-empty"
 
 
 def _check_pairing(i: int, prev: dict[str, Any], msg: dict[str, Any]) -> str | None:
@@ -200,6 +223,17 @@ def user_texts(request: dict[str, Any]) -> list[str]:
         if m.get("role") == "user"
         for b in _content_blocks(m)
         if b.get("type") == "text"
+    ]
+
+
+def user_blocks(request: dict[str, Any], kind: str) -> list[Block]:
+    """Every user-side content block of one type (e.g. ``image``, ``document``), in order."""
+    return [
+        b
+        for m in request.get("messages", [])
+        if m.get("role") == "user"
+        for b in _content_blocks(m)
+        if b.get("type") == kind
     ]
 
 

@@ -40,6 +40,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
+from fakes.slack_files import FakeFiles
+
 JsonDict = dict[str, Any]
 T = TypeVar("T")
 
@@ -431,6 +433,8 @@ class FakeSlack:
             "assistant.threads.setTitle": self._assistant_ok,
             "assistant.threads.setSuggestedPrompts": self._assistant_ok,
         }
+        self.files = FakeFiles(self)  # files.*, file downloads and uploads: see fakes/slack_files.py
+        self._handlers |= self.files.handlers()
 
     # ---- lifecycle ----------------------------------------------------------------------------------------
 
@@ -440,6 +444,7 @@ class FakeSlack:
         app.router.add_route("*", "/api/{method}", self._handle_api)
         app.router.add_get("/link", self._handle_ws)
         app.router.add_post("/response_url/{id}", self._handle_response_url)
+        self.files.add_routes(app)
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)

@@ -1,0 +1,122 @@
+"""Slack files in and out, end to end: `python -m bot run` against the fake Slack and the fake Messages API.
+
+The daemon and the helpers are those of test_e2e_slack (one daemon for this module, each test in its own
+channel with its own scripted answers). Files are shared through the fake's files API, so the daemon
+downloads them with its bot token like it would from Slack; uploads go through slack_sdk's files_upload_v2.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from fakes.anthropic_api import Reply, tool_use, user_blocks, user_texts
+from test_e2e_slack import WAIT_S, World, bot_posts, mention, reply, shared, wait_status, wait_text, world
+
+__all__ = ["shared", "world"]  # the fixtures, shared with test_e2e_slack
+
+pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio(loop_scope="module")]
+
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
+PDF = b"%PDF-1.7\n1 0 obj\n<<>>\nendobj\n%%EOF\n"
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+async def test_an_image_a_pdf_and_a_text_file_reach_the_model_as_their_blocks(world: World) -> None:
+    slack, channel = world.slack, world.channel
+    world.script.add("look at these", Reply.text_only("Seen them."))
+    files = [
+        slack.files.share("chart.png", PNG, "image/png"),
+        slack.files.share("spec.pdf", PDF, "application/pdf", "pdf"),
+        slack.files.share("notes.md", "# Notes\n- one\n", "text/markdown", "markdown"),
+    ]
+    event = slack.files.attach(slack.mention(channel, "look at these"), *files)
+    await slack.wait_ack(await slack.send_event(event))
+    await wait_text(slack, channel, event["ts"], "Seen them.")
+    [request] = world.requests("look at these")
+    assert user_texts(request) == [
+        "look at these",
+        "[file chart.png]",
+        "[file spec.pdf]",
+        "[file notes.md]\n# Notes\n- one\n",
+    ]
+    assert user_blocks(request, "image") == [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(PNG)}}
+    ]
+    assert user_blocks(request, "document") == [
+        {
+            "type": "document",
+            "source": {"type": "base64", "media_type": "application/pdf", "data": b64(PDF)},
+            "title": "spec.pdf",
+        }
+    ]
+    assert all(d.authorized for d in slack.files.downloads if d.file_id in {f["id"] for f in files})
+    assert world.model.rejections == []
+
+
+async def test_a_too_big_and_an_unsupported_file_give_their_notes(world: World) -> None:
+    slack, channel = world.slack, world.channel
+    world.script.add("two odd files", Reply.text_only("Noted."))
+    files = [
+        slack.files.share("footage.png", PNG + bytes(6_000_000), "image/png"),  # over the 5 MB default
+        slack.files.share("tools.zip", b"PK\x03\x04" + bytes(64), "application/zip", "zip"),
+    ]
+    event = slack.files.attach(slack.mention(channel, "two odd files"), *files)
+    await slack.wait_ack(await slack.send_event(event))
+    await wait_text(slack, channel, event["ts"], "Noted.")
+    [request] = world.requests("two odd files")
+    assert user_texts(request) == [
+        "two odd files",
+        "[file footage.png skipped: too big (6.0 MB; the limit is 5.0 MB)]",
+        "[file tools.zip skipped: unsupported type (application/zip)]",
+    ]
+    assert not [d for d in slack.files.downloads if d.file_id in {f["id"] for f in files}]
+
+
+async def test_a_file_in_an_injection_reaches_the_model_mid_turn(world: World) -> None:
+    slack, channel = world.slack, world.channel
+    world.script.add(
+        "wait and look", Reply.tools(tool_use("sleep_for", {"seconds": 30})), Reply.text_only("Got the log.")
+    )
+    event = await mention(slack, channel, "wait and look")
+    await wait_status(slack, channel, event["ts"])
+    log_file = slack.files.share("build.log", "step 1 ok\nstep 2 FAILED\n", "text/plain", "text")
+    note = slack.files.attach(slack.user_message(channel, "here is the log", thread_ts=event["ts"]), log_file)
+    await slack.wait_ack(await slack.send_event(note))
+    await wait_text(slack, channel, event["ts"], "Got the log.")
+    second = world.requests("wait and look")[1]
+    assert user_texts(second)[-2:] == [
+        "[mid-turn user note] here is the log",
+        "[file build.log]\nstep 1 ok\nstep 2 FAILED\n",
+    ]
+    await reply(slack, channel, event["ts"], "stop")  # end the background sleep
+
+
+async def test_a_long_answer_is_uploaded_as_a_file_with_a_preview(world: World) -> None:
+    slack, channel = world.slack, world.channel
+    answer = "\n\n".join(f"Finding {i}: " + " ".join(f"detail{i}-{j}" for j in range(120)) for i in range(12))
+    assert len(answer) > 12_000
+    world.script.add("full audit", Reply.text_only(answer))
+    event = await mention(slack, channel, "full audit")
+    [file] = await slack.wait_for(lambda: slack.files.uploaded(channel, event["ts"]), WAIT_S, "the uploaded answer")
+    assert (file.name, file.text) == ("answer.md", answer)
+    [post] = bot_posts(slack, channel, event["ts"])
+    assert post.text.startswith("Finding 0: detail0-0") and len(post.text) < 1_000
+    assert post.text.endswith(f"📎 The whole answer ({len(answer):,} characters) is in the attached file.")
+
+
+async def test_a_file_a_tool_returns_is_shared_in_the_thread(world: World) -> None:
+    slack, channel = world.slack, world.channel
+    csv = "region,sales\nnorth,10\nsouth,12\n"
+    world.script.add(
+        "export the sales",
+        Reply.tools(tool_use("share_file", {"name": "sales.csv", "content": csv})),
+        Reply.text_only("Here is the export."),
+    )
+    event = await mention(slack, channel, "export the sales")
+    await wait_text(slack, channel, event["ts"], "Here is the export.")
+    [file] = slack.files.uploaded(channel, event["ts"])
+    assert (file.name, file.text, file.comment) == ("sales.csv", csv, "📎 sales.csv")
