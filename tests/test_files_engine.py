@@ -71,7 +71,7 @@ async def test_without_an_edge_sharing_is_a_clear_tool_error(tmp_path: Path) -> 
 
 def test_the_console_saves_a_shared_file_and_prints_where(tmp_path: Path) -> None:
     screen = io.StringIO()
-    console = ConsoleOutput(screen, interactive=False, files_dir=tmp_path / "files")
+    console = ConsoleOutput(screen, files_dir=tmp_path / "files")
     console.file_shared(KEY, SharedFile("report.md", b"# one", "text/markdown"))
     console.file_shared(KEY, SharedFile("report.md", b"# two", "text/markdown"))
     assert (tmp_path / "files" / "report.md").read_bytes() == b"# one"

@@ -214,15 +214,15 @@ async def test_injection_fuse() -> None:
     for i in range(5):
         notes.put(f" note {i} ")
     assert notes.arrived.is_set() and notes.ready
-    assert [n.text for n in notes.drain()] == ["note 0", "note 1"]
+    assert [n.content for n in notes.drain()] == ["note 0", "note 1"]
     assert not notes.arrived.is_set()
     assert notes.fuse_blown and not notes.ready and notes.waiting
-    assert [n.text for n in notes.drain()] == []
+    assert [n.content for n in notes.drain()] == []
     notes.new_turn()
     assert notes.arrived.is_set() and notes.ready
-    assert [n.text for n in notes.drain()] == ["note 2", "note 3"]
+    assert [n.content for n in notes.drain()] == ["note 2", "note 3"]
     notes.new_turn()
-    assert [n.text for n in notes.drain()] == ["note 4"] and not notes.waiting and not notes.fuse_blown
+    assert [n.content for n in notes.drain()] == ["note 4"] and not notes.waiting and not notes.fuse_blown
 
 
 # --- the toolbox's checks ----------------------------------------------------------------------------

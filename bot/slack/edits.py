@@ -282,8 +282,10 @@ class EditScheduler:
                     self._idle.set()
                 await self._wake.wait()
             elif delay > 0:
+                # `asyncio.timeout`, not `wait_for`, which on 3.11 can swallow the cancel that stops this loop.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), delay)
+                    async with asyncio.timeout(delay):
+                        await self._wake.wait()
             else:
                 edit = self._pick(now)
                 self._bucket.take(now)

@@ -96,7 +96,10 @@ class SocketHealth:
         while True:
             self._heard.clear()
             try:
-                await asyncio.wait_for(self._heard.wait(), self._max_silence_s)
+                # `asyncio.timeout`, not `wait_for`: on 3.11 `wait_for` swallows a cancel that arrives as the
+                # envelope does, and the watchdog would then outlive `close()`, hanging the shutdown.
+                async with asyncio.timeout(self._max_silence_s):
+                    await self._heard.wait()
             except TimeoutError:
                 log.warning("no Socket Mode envelope for %gs: replacing the connection", self._max_silence_s)
                 try:

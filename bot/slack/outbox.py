@@ -128,8 +128,10 @@ class Outbox:
             self._wake.clear()
             delay = self._not_before - self._clock()
             if delay > 0:
+                # `asyncio.timeout`, not `wait_for`, which on 3.11 can swallow the cancel that stops this loop.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), delay)
+                    async with asyncio.timeout(delay):
+                        await self._wake.wait()
                 self._wake.clear()
             if not self.owed:
                 continue
