@@ -100,9 +100,7 @@ class RecordingEngine:
     def __init__(self) -> None:
         self.submitted: list[tuple[str, str]] = []
 
-    def submit(
-        self, key: str, content: str, *, inbox_id: int | None = None, requester: str | None = None
-    ) -> Delivery:
+    def submit(self, key: str, content: str, *, inbox_id: int | None = None, requester: str | None = None) -> Delivery:
         assert inbox_id is not None, "every message handed over is in the inbox first"
         self.submitted.append((key, content))
         return Delivery.STARTED
