@@ -30,6 +30,13 @@ SLACK_ONLY = frozenset(
         "bot_heartbeat_channel",
         "bot_heartbeat_active_hours",
         "bot_metrics_port",
+        "bot_mention_only_channels",
+        "bot_socket_ping_interval_s",
+        "bot_socket_max_silence_s",
+        "bot_file_max_bytes",
+        "bot_files_max_total_bytes",
+        "bot_file_text_max_chars",
+        "bot_upload_over_chars",
     }
 )
 """Settings only the Slack daemon uses; the console and oneshot ignore them, as they ignore `SLACK_*`."""

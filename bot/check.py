@@ -21,11 +21,13 @@ from bot.app import anthropic_provider
 from bot.config import Settings
 from bot.errors import ConfigError, ModelError, StoreError, ThreadbotError
 from bot.mcp.check import check_mcp
+from bot.operator_tools import SourcedTool, load_entry_point_tools, load_module_tools, unique_tools
 from bot.slack import tokens
 from bot.slack.app import build_client, check_app_token, identify, slack_http_session
 from bot.store import Store
 from bot.types import ModelRequest
 from bot.variables import where_set
+from tools import builtin_tools
 
 PROBE_TIMEOUT_S = 30.0
 MODEL_CONNECT_TIMEOUT_S = 10.0
@@ -118,10 +120,23 @@ async def check_model(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) ->
     return f"model {settings.bot_model} answers at {where}"
 
 
+async def check_tools(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) -> str:
+    """The operator's tools load and clash with no other tool, as `run` will insist at its start."""
+    operator = [*load_module_tools(settings.bot_tool_modules), *load_entry_point_tools()]
+    builtin = [
+        SourcedTool(item, "the built-in tools") for item in builtin_tools(enable_shell=settings.bot_enable_shell)
+    ]
+    unique_tools([*builtin, *operator])  # ConfigError naming both origins of a clash
+    if not operator:
+        return "no operator tools (BOT_TOOL_MODULES is empty and no package declares threadbot.tools)"
+    return f"operator tools load: {', '.join(item.tool.name for item in operator)}"
+
+
 CHECKS: dict[str, Check] = {
     "database": check_database,
     "slack": check_slack,
     "model": check_model,
+    "tools": check_tools,
     "mcp": check_mcp,
 }
 

@@ -64,8 +64,9 @@ async def test_everything_fine_is_all_ticks_and_both_tokens_were_tried(
     settings = good()
     code, lines = await outcome_lines(settings, capsys)
     assert code == 0, lines
-    assert [line[0] for line in lines] == ["✓"] * 5
-    assert lines[4] == "✓ no MCP servers configured (BOT_MCP_CONFIG is not set)"
+    assert [line[0] for line in lines] == ["✓"] * 6
+    assert lines[4] == "✓ no operator tools (BOT_TOOL_MODULES is empty and no package declares threadbot.tools)"
+    assert lines[5] == "✓ no MCP servers configured (BOT_MCP_CONFIG is not set)"
     assert lines[2] == (
         f'✓ Slack at {slack.api_url}: bot @threadbot (UBOT) in team "Threadbot Test" (T1); '
         "Socket Mode (SLACK_APP_TOKEN opens a connection)"
@@ -255,7 +256,7 @@ async def test_check_needs_nothing_but_dotenv_and_leaves_no_database(fake: FakeA
         folder = dotenv_for(tmp_path / "fresh", fake, slack)
         code, out, err = await run_bot("check", env=bare_env(), cwd=folder)
     assert code == 0, out + err
-    assert out.count("✓ ") == 5 and "✗" not in out
+    assert out.count("✓ ") == 6 and "✗" not in out
     assert [h.get("authorization") for h in fake.request_headers] == ["Bearer sk-ant-from-dotenv"]
     assert {(call.method, call.token) for call in slack.calls} == {
         ("auth.test", "xoxb-from-dotenv"),
@@ -289,3 +290,16 @@ async def test_env_example_copied_as_is_gets_told_what_to_fill_in(
     with pytest.raises(ConfigError) as model_error:
         await check.check_model(settings)
     assert str(model_error.value).startswith("ANTHROPIC_API_KEY (set in .env): still the placeholder")
+
+
+async def test_a_clash_of_operator_tools_fails_check_as_it_would_fail_run(
+    good: Callable[..., Settings], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "clashing_tools.py").write_text(
+        "from tools.base import tool\n\n@tool('now', 'A second now.')\ndef now(args, ctx):\n    return 'late'\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, lines = await outcome_lines(good(bot_tool_modules="clashing_tools"), capsys)
+    assert code == 1
+    (line,) = [line for line in lines if line.startswith("✗ tools")]
+    assert "now" in line and "clashing_tools" in line and "built-in" in line

@@ -38,7 +38,7 @@ def worst_case_stop_s() -> float:
     """Every bounded wait of a graceful stop, in the order `serve()` unwinds its exit stack (they run one after
     another): the socket's close handshake, the two aiohttp listeners, the handlers in flight, the scheduler's
     jobs, the turns (grace, grace after cancel, then the cancel wait), the calls (grace, then the cancel wait),
-    the queued posts and the final edits."""
+    the queued posts, the outbox (half the drain), the final edits and their journal."""
     return (
         AIOHTTP_WS_CLOSE_S
         + 2 * daemon.LISTENER_SHUTDOWN_S
@@ -49,7 +49,8 @@ def worst_case_stop_s() -> float:
         + core_app.SHUTDOWN_GRACE_S
         + registry.CANCEL_WAIT_S
         + daemon.EDGE_DRAIN_S
-        + daemon.EDITS_FLUSH_S
+        + daemon.EDGE_DRAIN_S / 2
+        + 2 * daemon.EDITS_FLUSH_S
     )
 
 

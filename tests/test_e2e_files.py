@@ -27,16 +27,21 @@ def b64(data: bytes) -> str:
 
 async def test_an_image_a_pdf_and_a_text_file_reach_the_model_as_their_blocks(world: World) -> None:
     slack, channel = world.slack, world.channel
-    world.script.add("look at these", Reply.text_only("Seen them."))
+    world.script.add("look at these", Reply.text_only("Seen them."), Reply.text_only("No."))
     files = [
         slack.files.share("chart.png", PNG, "image/png"),
         slack.files.share("spec.pdf", PDF, "application/pdf", "pdf"),
         slack.files.share("notes.md", "# Notes\n- one\n", "text/markdown", "markdown"),
     ]
     event = slack.files.attach(slack.mention(channel, "look at these"), *files)
-    await slack.wait_ack(await slack.send_event(event))
+    envelope = await slack.send_event(event)
+    await slack.wait_ack(envelope)
     await wait_text(slack, channel, event["ts"], "Seen them.")
-    [request] = world.requests("look at these")
+    downloads = len(slack.files.downloads)
+    await slack.wait_ack(await slack.redeliver(envelope))  # a retry of a claimed event downloads nothing again
+    await reply(slack, channel, event["ts"], "anything else?")  # handled after the retry: same thread, in order
+    await wait_text(slack, channel, event["ts"], "No.")
+    request = world.requests("look at these")[0]
     assert user_texts(request) == [
         "look at these",
         "[file chart.png]",
@@ -55,6 +60,7 @@ async def test_an_image_a_pdf_and_a_text_file_reach_the_model_as_their_blocks(wo
     ]
     assert all(d.authorized for d in slack.files.downloads if d.file_id in {f["id"] for f in files})
     assert world.model.rejections == []
+    assert len(slack.files.downloads) == downloads
 
 
 async def test_a_too_big_and_an_unsupported_file_give_their_notes(world: World) -> None:

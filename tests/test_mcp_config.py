@@ -116,3 +116,19 @@ def test_the_settings_read_the_mcp_file_and_tool_modules_from_the_environment(
     assert settings.bot_tool_modules == ("mytools", "team.tools")
     monkeypatch.setenv("BOT_MCP_CONFIG", "")
     assert load_settings(_env_file=None).bot_mcp_config is None
+
+
+def test_variables_come_from_dotenv_too_and_the_environment_wins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "mcp.json"
+    servers = {
+        "ci": {"type": "http", "url": "https://ci.example/mcp", "headers": {"A": "${FROM_DOTENV}", "B": "${BOTH}"}}
+    }
+    path.write_text(json.dumps({"mcpServers": servers}))
+    (tmp_path / ".env").write_text("FROM_DOTENV=only-in-dotenv\nBOTH=from-dotenv\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FROM_DOTENV", raising=False)
+    monkeypatch.setenv("BOTH", "from-environment")
+    (ci,) = load_mcp_config(path)
+    assert ci.headers == {"A": "only-in-dotenv", "B": "from-environment"}

@@ -185,3 +185,14 @@ def result_blocks(result: JSON) -> list[dict[str, JSON]] | None:
         blocks: list[dict[str, JSON]] = result[BLOCKS_KEY]
         return blocks
     return None
+
+
+def blocks_as_text(blocks: list[dict[str, JSON]]) -> str:
+    """A block result where only text fits (a note, a status): its texts, and a mention of each image."""
+    parts = []
+    for block in blocks:
+        if block.get("type") == "text":
+            parts.append(str(block.get("text", "")))
+        else:
+            parts.append(f"[{block.get('type', 'content')} block]")
+    return "\n".join(parts)

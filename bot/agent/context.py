@@ -139,7 +139,7 @@ def summary_cut(messages: list[Message], keep_chars: int) -> int | None:
     if not starts:
         return None
     for index in starts:
-        if len(json.dumps(messages[index:], ensure_ascii=False)) <= keep_chars:
+        if request_chars("", [], messages[index:]) <= keep_chars:
             return index
     return starts[-1]
 

@@ -13,7 +13,7 @@ import uuid
 from bot.agent.injections import Content
 from bot.calls.models import JSON, CallStatus, ToolCall
 from bot.types import Message
-from tools.base import result_blocks
+from tools.base import blocks_as_text, result_blocks
 
 INJECTION_PREFIX = "[mid-turn user note]"
 RUNNING_MESSAGE = (
@@ -44,17 +44,6 @@ def truncate_blocks(blocks: list[dict[str, JSON]], max_chars: int) -> list[dict[
         else:
             kept.append(block)
     return kept
-
-
-def blocks_as_text(blocks: list[dict[str, JSON]]) -> str:
-    """A block result where only text fits (a note, a status): its texts, and a mention of each image."""
-    parts = []
-    for block in blocks:
-        if block.get("type") == "text":
-            parts.append(str(block.get("text", "")))
-        else:
-            parts.append(f"[{block.get('type', 'content')} block]")
-    return "\n".join(parts)
 
 
 def call_outcome_text(call: ToolCall) -> str:

@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from tools.base import blocks_as_text, result_blocks
+
 JSON = Any
 
 PROGRESS_LOG_LIMIT = 200
@@ -127,7 +129,7 @@ class ToolCall:
             "tool_name": self.tool_name,
             "started_at": _iso(self.started_at),
             "completed_at": _iso(self.completed_at),
-            "result": self.result if self.status is CallStatus.COMPLETED else None,
+            "result": _viewable(self.result) if self.status is CallStatus.COMPLETED else None,
             "is_final": self.is_final,
         }
         if self.error:
@@ -177,3 +179,9 @@ class ToolCall:
             delivered=bool(data["delivered"]),
             progress=[ProgressEntry.from_json(item) for item in data["progress"]],
         )
+
+
+def _viewable(result: JSON) -> JSON:
+    """A result as JSON for the model to read: content blocks (an MCP image) as their text, never base64."""
+    blocks = result_blocks(result)
+    return blocks_as_text(blocks) if blocks is not None else result

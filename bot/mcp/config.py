@@ -4,8 +4,9 @@ A stdio server has `command` (with optional `args`, `env`, `cwd`); a remote one 
 `type: "http"` and `url` (with optional `headers`). Our own keys per server:
 `enabled`, `allowedTools` / `deniedTools` (tool names as the server gives them),
 `timeoutSeconds` (per call) and `startupTimeoutSeconds` (connect and handshake).
-`${VAR}` and `${VAR:-default}` in any string are read from the environment, so
-secrets stay out of the file. A mistake stops the program at start with one line
+`${VAR}` and `${VAR:-default}` in any string are read from the environment, or
+from `.env` in the working directory as every other setting is, so secrets stay
+out of the file. A mistake stops the program at start with one line
 naming the file, the server and the key.
 """
 
@@ -19,6 +20,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+
+from dotenv import dotenv_values
 
 from bot.errors import ConfigError
 
@@ -63,7 +66,7 @@ class McpServerConfig:
 
 def load_mcp_config(path: Path, environ: Mapping[str, str] | None = None) -> list[McpServerConfig]:
     """Every server of the file, enabled or not, in the file's order."""
-    environ = os.environ if environ is None else environ
+    environ = _environment() if environ is None else environ
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -129,6 +132,12 @@ def _build(name: str, values: dict[str, Any]) -> McpServerConfig:
         cwd=Path(cwd).expanduser() if cwd else None,
         **common,
     )
+
+
+def _environment() -> dict[str, str]:
+    """The environment over `.env`, the precedence pydantic-settings gives the daemon's own variables."""
+    dotenv = {key: value for key, value in dotenv_values(".env").items() if value is not None}
+    return {**dotenv, **os.environ}
 
 
 def _expand(value: Any, environ: Mapping[str, str]) -> Any:

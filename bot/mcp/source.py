@@ -22,7 +22,7 @@ from jsonschema.exceptions import SchemaError
 from bot.mcp.config import McpServerConfig
 from bot.mcp.connection import McpConnection
 from bot.mcp.naming import model_tool_names
-from tools.base import JSON, Tool, ToolContext
+from tools.base import JSON, Tool, ToolContext, ToolKind
 
 log = logging.getLogger(__name__)
 
@@ -96,4 +96,5 @@ def _as_tool(connection: McpConnection, listed: types.Tool, name: str) -> Tool |
         schema,
         run,
         timeout_s=connection.config.timeout_s,
+        kind=ToolKind.IO,  # a remote request: it waits on the server, not on this machine
     )

@@ -58,6 +58,8 @@ async def serve(settings: Settings, *, port: int) -> None:
     async with slack_http_session() as session:
         client = build_client(settings, session)
         me = await identify(client)
+        if app_token is not None:  # before any restart work: a refused token must not resume turns, then exit
+            await check_app_token(client, app_token)
         pacing_client = build_client(settings, session, retry_rate_limits=False)
         edits = EditScheduler(pacing_client)
         posts = PostQueue(pacing_client)
@@ -127,7 +129,6 @@ async def _run(
         app = build_app(settings, client, ingress, me)
         handler, socket = None, None
         if app_token is not None:
-            await check_app_token(client, app_token)
             handler = AsyncSocketModeHandler(app, app_token, ping_interval=settings.bot_socket_ping_interval_s)
             stack.push_async_callback(handler.close_async)
             socket = SocketHealth(handler.client, metrics, max_silence_s=settings.bot_socket_max_silence_s)

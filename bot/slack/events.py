@@ -105,6 +105,9 @@ class MessageRouter:
                 text = with_context(context, text)
         if not text.strip() and not incoming.files:
             text = "(the user mentioned you without saying anything else)"
+        if incoming.files and await self._store.seen_any(*keys):
+            self._metrics.inc("events_duplicate_total")  # a redelivery or a twin: not worth downloading its files
+            return
         content = await self._with_files(text, incoming)
         # The ack is a promise: the message is in the store, owed an answer, before the engine sees it.
         blocks = content if isinstance(content, list) else None

@@ -179,13 +179,15 @@ class SlackEdge:
         return await landed
 
     def file_shared(self, session_key: str, file: SharedFile) -> None:
+        name = defuse(file.name)  # the tool (or the model) chose it: its mentions are made inert
+
         async def share() -> None:
             address = await self._sessions.address(session_key)
             if address is not None and address.thread_ts is None:
-                await self.post(session_key, f"📎 {file.name}")  # a heartbeat session: this opens its thread
-            error = await self._upload(session_key, file.name, file.content, f"📎 {file.name}")
+                await self.post(session_key, f"📎 {name}")  # a heartbeat session: this opens its thread
+            error = await self._upload(session_key, file.name, file.content, f"📎 {name}")
             if error is not None:
-                await self._post_line(session_key, f"⚠️ Could not share {file.name} here ({error}).")
+                await self._post_line(session_key, f"⚠️ Could not share {name} here ({error}).")
 
         self._put(session_key, share)
 

@@ -14,6 +14,8 @@ import aiohttp
 from slack_sdk.errors import SlackApiError, SlackRequestError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.slack.render import defuse
+
 log = logging.getLogger(__name__)
 
 UPLOAD_OVER_CHARS = 12_000
@@ -72,4 +74,4 @@ def answer_comment(text: str, *, continued: bool) -> str:
     size = f"{len(text):,} characters"
     if continued:
         return f"📎 The answer goes on; the whole of it ({size}) is in the attached file."
-    return f"{preview(text)}\n\n📎 The whole answer ({size}) is in the attached file."
+    return f"{defuse(preview(text))}\n\n📎 The whole answer ({size}) is in the attached file."

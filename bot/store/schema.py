@@ -108,7 +108,7 @@ CREATE INDEX call_displays_by_place ON call_displays(place);
 # The process group a running call started (run_command), so a start after a crash can kill what is left.
 # `leader` and `owner` identify the group's first process and the daemon that ran it (boot id and start time),
 # so a pid reused since is never mistaken for ours, and a daemon still running keeps its own processes.
-_V4 = """
+_CALL_PROCESSES = """
 CREATE TABLE call_processes (
     call_id      TEXT PRIMARY KEY REFERENCES tool_calls(id) ON DELETE CASCADE,
     pgid         INTEGER NOT NULL,
@@ -119,7 +119,7 @@ CREATE TABLE call_processes (
 """
 
 # Token accounting (bot/store/usage.py): one row per model call, kept when its session goes.
-_V5 = """
+_MODEL_USAGE = """
 CREATE TABLE model_usage (
     id                  INTEGER PRIMARY KEY,
     at                  TEXT NOT NULL,
@@ -136,7 +136,7 @@ CREATE INDEX model_usage_by_time ON model_usage(at);
 """
 
 # Compaction (bot/agent/compaction.py) rewrites a session's history; what it changed or dropped moves here, for audit.
-_V6 = """
+_MESSAGES_ARCHIVE = """
 CREATE TABLE messages_archive (
     id           INTEGER PRIMARY KEY,
     session_key  TEXT NOT NULL REFERENCES sessions(key) ON DELETE CASCADE,
@@ -149,7 +149,7 @@ CREATE INDEX messages_archive_by_session ON messages_archive(session_key, create
 """
 
 # The inbox (bot/store/inbox.py): each acknowledged message until a turn has answered it.
-_V7 = """
+_INBOX = """
 CREATE TABLE inbox (
     id           INTEGER PRIMARY KEY AUTOINCREMENT,
     session_key  TEXT NOT NULL REFERENCES sessions(key) ON DELETE CASCADE,
@@ -164,7 +164,7 @@ CREATE INDEX inbox_open ON inbox(answered_at, session_key);
 """
 
 # Reminder posts owed to threads (bot/store/reminder_posts.py): claimed runs until Slack confirms them.
-_V8 = """
+_REMINDER_POSTS = """
 CREATE TABLE reminder_posts (
     reminder_id  INTEGER NOT NULL REFERENCES reminders(id) ON DELETE CASCADE,
     due_at       TEXT NOT NULL,
@@ -180,7 +180,7 @@ CREATE INDEX reminder_posts_by_state ON reminder_posts(state, claimed_at);
 
 # What the bot owes Slack (bot/store/outbox.py): posts and final edits not confirmed yet, kept across restarts.
 # A post has no `ts` until it lands; an edit is keyed by the message it changes (one owed state per message).
-_V9 = """
+_OUTBOX = """
 CREATE TABLE outbox (
     id           INTEGER PRIMARY KEY AUTOINCREMENT,
     session_key  TEXT NOT NULL,
@@ -195,7 +195,11 @@ CREATE TABLE outbox (
 CREATE UNIQUE INDEX outbox_edit_per_message ON outbox(channel, ts) WHERE ts IS NOT NULL;
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9]
+# Version 4, in one step: the tables that keep the bot's promises across a crash (process groups, the
+# inbox, owed reminder posts, the Slack outbox), its token books and the compaction archive.
+_V4 = _CALL_PROCESSES + _MODEL_USAGE + _MESSAGES_ARCHIVE + _INBOX + _REMINDER_POSTS + _OUTBOX
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4]
 
 # The tool_calls columns, named as `ToolCall.to_record()` names its keys.
 CALL_COLUMNS = (
