@@ -170,6 +170,34 @@ async def test_injected_errors_without_retry(slack: FakeSlack, client: AsyncWebC
     assert len(slack.messages("C1")) == 1
 
 
+async def test_random_failures_are_seeded_and_have_no_side_effects(slack: FakeSlack, client: AsyncWebClient) -> None:
+    async def outcomes(seed: int) -> list[int]:
+        slack.fail_randomly("chat.", rate=0.5, seed=seed)
+        statuses = []
+        for i in range(40):
+            try:
+                await client.chat_postMessage(channel=f"S{seed}", text=str(i))
+                statuses.append(200)
+            except SlackApiError as err:
+                statuses.append(err.response.status_code)
+                if err.response.status_code == 429:
+                    assert (err.response["error"], err.response.headers["Retry-After"]) == ("ratelimited", "1")
+                else:
+                    assert err.response["error"] == "fatal_error"
+        return statuses
+
+    first, again, other = await outcomes(7), await outcomes(7), await outcomes(8)
+    assert first == again != other
+    assert {500, 429, 200} <= set(first)
+    assert len(slack.messages("S7")) == 2 * first.count(200)  # the failed calls stored nothing
+    failed = [s for s in first + again + other if s != 200]
+    assert slack.random_failures == {500: failed.count(500), 429: failed.count(429)}
+    await client.reactions_add(channel="S7", timestamp=slack.messages("S7")[0].ts, name="ok")  # not chat.*
+    slack.fail_randomly(rate=0)
+    for _ in range(10):
+        await client.chat_postMessage(channel="S9", text="calm")
+
+
 async def test_token_bucket_rate_limit(slack: FakeSlack, client: AsyncWebClient) -> None:
     slack.rate_limit("chat.postMessage", per_minute=60, burst=2)
     await client.chat_postMessage(channel="C1", text="1")

@@ -26,6 +26,7 @@ import hashlib
 import hmac
 import json
 import math
+import random
 import secrets
 import string
 import time
@@ -221,6 +222,13 @@ class _Failure:
 
 
 @dataclass
+class _RandomFailures:
+    prefix: str
+    rate: float
+    rng: random.Random
+
+
+@dataclass
 class _Stall:
     matches: Callable[[JsonDict], bool]
     remaining: int | None  # None = until cleared
@@ -371,8 +379,8 @@ class FakeSlack:
     """A Slack workspace (team T1, bot UBOT/BBOT, app A1) with a real HTTP Web API and a Socket Mode WebSocket.
 
     State worth inspecting: ``calls`` (every Web API request), ``acks``/``envelopes`` (Socket Mode), ``ephemerals``,
-    ``response_url_posts``, ``assistant_statuses``, ``rate_limited``. Configure ``users``/``channels`` dicts to
-    override what ``users.info``/``conversations.info`` return."""
+    ``response_url_posts``, ``assistant_statuses``, ``rate_limited``, ``random_failures``. Configure
+    ``users``/``channels`` dicts to override what ``users.info``/``conversations.info`` return."""
 
     def __init__(
         self,
@@ -395,6 +403,7 @@ class FakeSlack:
         self.ephemerals: list[EphemeralMessage] = []
         self.assistant_statuses: list[tuple[str, str, str]] = []  # (channel, thread_ts, status), in call order
         self.rate_limited: Counter[str] = Counter()
+        self.random_failures: Counter[int] = Counter()  # by HTTP status (500, 429), see ``fail_randomly``
         self.envelopes: list[SentEnvelope] = []
         self.acks: dict[str, Ack] = {}
         self.socket_messages: list[JsonDict] = []  # non-ack frames from the client
@@ -404,6 +413,7 @@ class FakeSlack:
         self._messages: dict[tuple[str, str], StoredMessage] = {}
         self._ts_counter = 1_700_000_000_000_000  # microseconds; first ts is 1700000000.000100
         self._failures: dict[str, list[_Failure]] = {}
+        self._random_failures: _RandomFailures | None = None
         self._limits: dict[str, _RateLimit] = {}
         self._latency: dict[str, float] = {}
         self._holds: dict[str, asyncio.Event] = {}
@@ -577,6 +587,13 @@ class FakeSlack:
         else:
             self._failures.pop(method, None)
 
+    def fail_randomly(self, methods_prefix: str = "chat.", rate: float = 0.2, seed: int = 0) -> None:
+        """A storm: each call of a method starting with ``methods_prefix`` fails with probability ``rate``, half of
+        the failures as 500 ``fatal_error``, half as 429 ``ratelimited`` with ``Retry-After: 1``. Failed calls have
+        no side effects and are counted in ``random_failures`` by status. The draws come from ``random.Random(seed)``
+        in arrival order, so one seed gives one sequence of outcomes. ``rate=0`` ends the storm."""
+        self._random_failures = _RandomFailures(methods_prefix, rate, random.Random(seed)) if rate > 0 else None
+
     def rate_limit(
         self,
         method: str,
@@ -645,6 +662,19 @@ class FakeSlack:
         headers = {"Retry-After": str(failure.retry_after)} if failure.status == 429 and failure.retry_after else {}
         return failure.status, {"ok": False, "error": failure.error}, headers
 
+    def _random_failure(self, method: str) -> tuple[int, JsonDict, dict[str, str]] | None:
+        storm = self._random_failures
+        if storm is None or not method.startswith(storm.prefix):
+            return None
+        draw = storm.rng.random()
+        if draw >= storm.rate:
+            return None
+        status = 500 if draw < storm.rate / 2 else 429
+        self.random_failures[status] += 1
+        if status == 500:
+            return 500, {"ok": False, "error": "fatal_error"}, {}
+        return 429, {"ok": False, "error": "ratelimited"}, {"Retry-After": "1"}
+
     def _rate_limited(self, method: str, params: JsonDict) -> tuple[int, JsonDict, dict[str, str]] | None:
         limit = self._limits.get(method)
         if limit is None:
@@ -695,7 +725,7 @@ class FakeSlack:
         return web.json_response(call.response, status=call.status, headers=headers)
 
     def _respond(self, method: str, params: JsonDict, token: str | None) -> tuple[int, JsonDict, dict[str, str]]:
-        early = self._injected_failure(method) or self._rate_limited(method, params)
+        early = self._injected_failure(method) or self._random_failure(method) or self._rate_limited(method, params)
         if early is not None:
             return early
         try:
