@@ -141,14 +141,6 @@ class InboxQueries:
             return None
         return InboxItem(inbox_id, session_key, text, datetime.fromisoformat(now), None, blocks=blocks)
 
-    async def add_inbox(self, session_key: str, text: str) -> InboxItem:
-        """Owe an answer to `text` (an edge without event ids: the console); KeyError if the session is unknown."""
-        async with self._write() as db:
-            await self._require_session(db, session_key)
-            inbox_id = await insert_inbox(db, session_key, text)
-            rows = await fetch(db, f"SELECT {_COLUMNS} FROM inbox WHERE id = ?", inbox_id)
-        return _item(rows[0])
-
     async def open_inbox(self) -> dict[str, list[InboxItem]]:
         """Every row not answered yet, by session, oldest first: what a restart must resume."""
         sql = f"SELECT {_COLUMNS} FROM inbox WHERE answered_at IS NULL ORDER BY id"
