@@ -9,35 +9,20 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
-import pytest_asyncio
-from fakes.anthropic_api import FakeAnthropic, Reply, tool_use
+from fakes.anthropic_api import Reply, tool_use
 from fakes.slack_api import FakeSlack
-from test_e2e_outbox import owed
+from test_e2e_outbox import owed, rig
 from test_e2e_slack import WAIT_S, Daemon, Script, bot_posts, mention, status_posts
+
+__all__ = ["rig"]  # the fixture, shared with test_e2e_outbox
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.asyncio(loop_scope="module")]
 
 THREADS = 20
 CHANNELS = [f"C{i}" for i in range(1, 6)]  # four threads a channel: the daemon paces posts ~1/s a channel
 DELIVERED_S = 90.0  # generous: 429s pause a channel for a second, 500s back off, finals wait for the edit budget
-
-
-@pytest_asyncio.fixture(loop_scope="module")
-async def rig(tmp_path: Path) -> AsyncIterator[tuple[FakeSlack, Script, Daemon]]:
-    async with FakeSlack() as slack, FakeAnthropic() as model:
-        script = Script()
-        model.default = script
-        daemon = Daemon(slack, model, tmp_path)
-        try:
-            yield slack, script, daemon
-        finally:
-            if daemon.process is not None and daemon.process.returncode is None:
-                daemon.process.kill()
-                await daemon.process.wait()
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
