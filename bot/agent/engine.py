@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Protocol
 
 from bot.agent import protocol
 from bot.agent.injections import Injections
@@ -39,7 +40,19 @@ GIVE_UP_NOTICE = (
 class Delivery(StrEnum):
     STARTED = "started"
     INJECTED = "injected"
+    QUEUED = "queued"
+    """Offered to the cluster: the session's job starts the turn, here or on another replica."""
     REFUSED = "refused"
+
+
+class TurnHost(Protocol):
+    """Where a session's next turn runs when none runs here: in a cluster, wherever its job lands."""
+
+    async def offer(self, session_key: str) -> None: ...
+
+
+MAX_TURNS_PER_JOB = 20
+"""A bound on one job's loop: a turn that keeps leaving work owed must not pin its replica forever."""
 
 
 @dataclass(slots=True)
@@ -47,6 +60,8 @@ class _Session:
     injections: Injections
     task: asyncio.Task[TurnOutcome] | None = None
     request: TurnRequest | None = None
+    taken: set[int] = field(default_factory=set)
+    """Inbox rows already handed to this session's turns here (a cluster's doorbell may ring twice)."""
 
 
 class Engine:
@@ -58,8 +73,10 @@ class Engine:
         store: Store,
         output: EngineOutput,
         max_injections_per_turn: int,
+        host: TurnHost | None = None,
     ) -> None:
         self._runner = runner
+        self._host = host
         self._output = output
         self._registry = registry
         self._store = store
@@ -67,6 +84,7 @@ class Engine:
         self._sessions: dict[str, _Session] = {}
         self._accepting = True
         self._checks: set[asyncio.Task[None]] = set()
+        self._offers: set[asyncio.Task[None]] = set()
         registry.subscribe(self._on_call_changed)
 
     # -- what edges and the scheduler call ------------------------------------------------
@@ -94,8 +112,11 @@ class Engine:
         if not self._accepting:
             return Delivery.REFUSED
         if self.is_busy(session_key):
-            self._session(session_key).injections.put(content, inbox_id)
+            self._inject(session_key, content, inbox_id)
             return Delivery.INJECTED
+        if self._host is not None and inbox_id is not None:
+            self._offer_soon(session_key)
+            return Delivery.QUEUED
         blocks = [protocol.text_block(content)] if isinstance(content, str) else content
         inbox_ids = [inbox_id] if inbox_id is not None else []
         self._start(
@@ -108,33 +129,55 @@ class Engine:
         )
         return Delivery.STARTED
 
-    async def resume(self, owns: SessionFilter | None = None) -> list[str]:
-        """At start: every session a stopped process left owing an answer gets its turn again; their keys.
+    async def deliver(
+        self,
+        session_key: str,
+        content: str | list[dict[str, JSON]],
+        *,
+        inbox_id: int,
+        requester: str | None = None,
+    ) -> Delivery:
+        """`submit` for stored input, done when the delivery is durable: in a cluster the session's job
+        is committed before this returns (an edge acks only then)."""
+        if self._host is None or self.is_busy(session_key) or not self._accepting:
+            return self.submit(session_key, content, inbox_id=inbox_id, requester=requester)
+        await self._host.offer(session_key)
+        return Delivery.QUEUED
 
-        The turn goes on from the stored history: tool calls it had started are answered from the
-        registry (orphaned, or their result if they finished), and what was never stored is handed to
-        the model again. A session whose answer was stored, and only its bookkeeping was cut off, is
-        just marked answered. `owns` keeps an edge to its own sessions.
-        """
+    async def run_thread(self, session_key: str) -> None:
+        """A cluster's per-thread job: what the store owes the session becomes turns here, one at a time,
+        until nothing is owed (or the process stops taking work). Its job's lock keeps every other
+        replica from running a turn of this session meanwhile."""
+        for _ in range(MAX_TURNS_PER_JOB):
+            if not self._accepting or self.is_busy(session_key) or not await self._start_owed(session_key):
+                break
+            await self.wait_turn(session_key)
+        if not self.is_busy(session_key):
+            # What the last turn's fuse held back is still owed in the store: the next job reads it from there.
+            self._sessions.pop(session_key, None)
+
+    async def take_inputs(self, session_key: str) -> list[int]:
+        """A cluster's doorbell rang for the session: if its turn runs here, owed input joins it as
+        injections; the inbox ids taken (none when no turn runs here)."""
+        if not self.is_busy(session_key):
+            return []
+        session = self._session(session_key)
+        taken = []
+        for item in await self._store.session_inbox(session_key):
+            if item.pending and item.id not in session.taken and self.is_busy(session_key):
+                self._inject(session_key, item.content, item.id)
+                taken.append(item.id)
+        return taken
+
+    async def resume(self, owns: SessionFilter | None = None) -> list[str]:
+        """At start: every session a stopped process left owing an answer gets its turn again (see
+        `_start_owed`); their keys. `owns` keeps an edge to its own sessions."""
         resumed: list[str] = []
-        for key, items in (await self._store.open_inbox()).items():
+        for key in await self._store.open_inbox():
             if (owns is not None and not owns(key)) or self.is_busy(key):
                 continue
-            pending = [item for item in items if item.pending]
-            if not pending and not protocol.unanswered_tool_uses(await self._store.load_messages(key)):
-                await self._store.answer_inbox(key)
-                continue
-            if max(item.resumes for item in items) >= MAX_RESUMES:
-                # Perhaps this very turn is what kills the process: a crash loop must end somewhere.
-                log.error("session %s was resumed %d times without an answer; giving up", key, MAX_RESUMES)
-                await self._store.give_up_inbox(key)
-                self._output.notice(key, GIVE_UP_NOTICE)
-                continue
-            await self._store.count_resume(key)
-            self._output.notice(key, RESTART_NOTICE)
-            blocks = [block for item in pending for block in item.content]
-            self._start(key, blocks, inbox_ids=[item.id for item in pending], resumed=True)
-            resumed.append(key)
+            if await self._start_owed(key, restarted=True):
+                resumed.append(key)
         if resumed:
             log.info("resumed %d sessions a previous process left unanswered", len(resumed))
         return resumed
@@ -213,6 +256,63 @@ class Engine:
 
     # -- internals ------------------------------------------------------------------------
 
+    async def _start_owed(self, key: str, *, restarted: bool = False) -> bool:
+        """Start a turn from what the store owes the session; False when it owes nothing.
+
+        Rows an earlier turn stored but never answered mean that turn died (`restarted`, or in a
+        cluster: its replica did, since no other job of the session can be running now). The turn
+        goes on from the stored history: tool calls it had started are answered from the registry
+        (orphaned, or their result if they finished), and what was never stored is handed to the
+        model again. A session whose answer was stored, and only its bookkeeping was cut off, is just
+        marked answered.
+        """
+        items = await self._store.session_inbox(key)
+        pending = [item for item in items if item.pending]
+        interrupted = len(pending) < len(items) and bool(
+            protocol.unanswered_tool_uses(await self._store.load_messages(key))
+        )
+        if items and not pending and not interrupted:
+            await self._store.answer_inbox(key)
+            items = []
+        if not items:
+            if self._host is None or not await self._store.undelivered_calls(key):
+                return False
+            self._start(key, [])  # a result that outlived its turn, in a cluster: its own turn
+            return True
+        if restarted or interrupted:
+            if max(item.resumes for item in items) >= MAX_RESUMES:
+                # Perhaps this very turn is what kills the process: a crash loop must end somewhere.
+                log.error("session %s was resumed %d times without an answer; giving up", key, MAX_RESUMES)
+                await self._store.give_up_inbox(key)
+                self._output.notice(key, GIVE_UP_NOTICE)
+                return False
+            await self._store.count_resume(key)
+            self._output.notice(key, RESTART_NOTICE)
+        self._session(key).taken.update(item.id for item in pending)
+        blocks = [block for item in pending for block in item.content]
+        self._start(key, blocks, inbox_ids=[item.id for item in pending], resumed=restarted or interrupted)
+        return True
+
+    def _inject(self, session_key: str, content: str | list[dict[str, JSON]], inbox_id: int | None) -> None:
+        session = self._session(session_key)
+        if inbox_id is not None:
+            if inbox_id in session.taken:
+                return
+            session.taken.add(inbox_id)
+        session.injections.put(content, inbox_id)
+
+    def _offer_soon(self, session_key: str) -> None:
+        assert self._host is not None
+        offer = asyncio.create_task(self._host.offer(session_key), name=f"offer:{session_key}")
+        self._offers.add(offer)
+        offer.add_done_callback(self._offered)
+
+    def _offered(self, task: asyncio.Task[None]) -> None:
+        self._offers.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # Still owed in the store: the cluster's backstop offers the session again.
+            log.warning("could not offer a session to the cluster: %s", task.exception())
+
     def _session(self, session_key: str) -> _Session:
         session = self._sessions.get(session_key)
         if session is None:
@@ -268,7 +368,10 @@ class Engine:
         # `waiting`, not `ready`: notes held back by the last turn's fuse are news for a new turn.
         has_news = session.injections.waiting or bool(await self._store.undelivered_calls(session_key))
         # Checked again after the await: a shutdown may have begun, and its list of turns is already taken.
-        if has_news and self._accepting and not self.is_busy(session_key):
+        if has_news and self._accepting and not self.is_busy(session_key) and self._host is not None:
+            self._sessions.pop(session_key, None)  # what it held is owed in the store; the job reads it there
+            self._offer_soon(session_key)
+        elif has_news and self._accepting and not self.is_busy(session_key):
             self._start(session_key, [])
         elif not has_news and not self.is_busy(session_key):
             # Idle with nothing pending: forget it, so a long-running daemon keeps no per-thread state.

@@ -152,6 +152,13 @@ class InboxQueries:
             found.setdefault(item.session_key, []).append(item)
         return found
 
+    async def session_inbox(self, session_key: str) -> list[InboxItem]:
+        """The session's rows not answered yet, oldest first: what its next turn owes an answer."""
+        sql = f"SELECT {_COLUMNS} FROM inbox WHERE session_key = ? AND answered_at IS NULL ORDER BY id"
+        async with self._read() as db:
+            rows = await fetch(db, sql, session_key)
+        return [_item(row) for row in rows]
+
     async def count_resume(self, session_key: str) -> None:
         """A start is resuming the session's open rows: count it before the turn runs."""
         async with self._write() as db:
