@@ -1,0 +1,227 @@
+"""Thread turns as procrastinate jobs, so one turn runs per thread across every replica.
+
+Each deferral of `thread_turn` carries `lock` and `queueing_lock` both set to `thread:<key>`:
+procrastinate's lock keeps a second job of the thread from starting while one is `doing`
+anywhere, and its queueing lock keeps at most one more waiting. A deferral refused with
+`AlreadyEnqueued` is therefore good news: a queued job will run the thread's turn and see
+whatever input caused this offer, because inputs are durable rows read by the turn.
+
+Stalled jobs (their worker stopped heartbeating: the replica died) are not retried with
+procrastinate's `retry_job`: that moves the stalled job back to `todo`, which violates the
+queueing lock when a twin already waits (issue 12, point 9). Recovery finishes the stalled job
+as failed, releasing the thread's lock, and defers a fresh job, which a waiting twin absorbs.
+
+procrastinate wakes workers only when a job is inserted, so a job queued behind a thread's
+lock would wait for the next poll once the running turn ends. `LOCK_RELEASE_DDL` adds a trigger
+that sends procrastinate's own "job inserted" notification when a locked job leaves `doing`
+with a twin waiting, so the next turn starts at once on whichever replica fetches it first.
+
+Connections use TCP keepalives so a half-open link to the database fails within seconds
+instead of hanging a worker forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import procrastinate
+import psycopg
+from procrastinate import exceptions as pq_exceptions
+from procrastinate.schema import SchemaManager
+from procrastinate.worker import Worker
+
+log = logging.getLogger(__name__)
+
+TASK_NAME = "thread_turn"
+
+KEEPALIVES: dict[str, int] = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
+"""libpq keepalive settings: a silent peer is declared dead after about 10 + 3 x 5 = 25 s."""
+
+
+LOCK_RELEASE_DDL = """
+CREATE OR REPLACE FUNCTION threadbot_notify_lock_released() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    payload TEXT;
+BEGIN
+    IF EXISTS (SELECT 1 FROM procrastinate_jobs WHERE lock = NEW.lock AND status = 'todo') THEN
+        payload := json_build_object('type', 'job_inserted', 'job_id', NEW.id)::text;
+        PERFORM pg_notify('procrastinate_queue_v1#' || NEW.queue_name, payload);
+        PERFORM pg_notify('procrastinate_any_queue_v1', payload);
+    END IF;
+    RETURN NEW;
+END;
+$$;
+DROP TRIGGER IF EXISTS threadbot_notify_lock_released ON procrastinate_jobs;
+CREATE TRIGGER threadbot_notify_lock_released
+    AFTER UPDATE OF status ON procrastinate_jobs
+    FOR EACH ROW WHEN (OLD.status = 'doing' AND NEW.status <> 'doing' AND NEW.lock IS NOT NULL)
+    EXECUTE FUNCTION threadbot_notify_lock_released();
+"""
+"""Wakes every worker when a thread's lock frees up with a job waiting on it; applied after procrastinate's."""
+
+
+def connection_kwargs(connect_timeout_s: int = 5) -> dict[str, Any]:
+    """libpq connection parameters for every cluster connection: keepalives and a bounded connect."""
+    return {**KEEPALIVES, "connect_timeout": connect_timeout_s}
+
+
+def thread_lock(session_key: str) -> str:
+    """The lock and queueing lock of one thread's jobs."""
+    return f"thread:{session_key}"
+
+
+async def apply_procrastinate_schema(dsn: str) -> None:
+    """Create procrastinate's schema and our wake-up trigger in the DSN's search_path (`threadbot migrate`)."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True, **connection_kwargs()) as conn:
+        await conn.execute(SchemaManager.get_schema())
+        await conn.execute(LOCK_RELEASE_DDL)
+
+
+async def procrastinate_schema_present(conn: psycopg.AsyncConnection[Any]) -> bool:
+    """Whether procrastinate's schema is installed where `conn` looks (for `threadbot check`)."""
+    cur = await conn.execute(
+        "SELECT to_regclass('procrastinate_jobs') IS NOT NULL"
+        " AND to_regprocedure('procrastinate_defer_jobs_v1(procrastinate_job_to_defer_v1[])') IS NOT NULL"
+        " AND to_regprocedure('threadbot_notify_lock_released()') IS NOT NULL"
+    )
+    row = await cur.fetchone()
+    return bool(row and row[0])
+
+
+class ThreadJobs:
+    """The per-thread job queue of one replica: offers turns, runs the in-process worker, recovers stalls."""
+
+    def __init__(
+        self,
+        *,
+        dsn: str,
+        run: Callable[[str], Awaitable[None]],
+        worker_name: str,
+        heartbeat_s: float = 2.0,
+        poll_s: float = 5.0,
+        pool_max: int = 10,
+        connect_timeout_s: int = 5,
+    ) -> None:
+        self._run = run
+        self._worker_name = worker_name
+        self._heartbeat_s = heartbeat_s
+        self._poll_s = poll_s
+        self._connector = procrastinate.PsycopgConnector(
+            conninfo=dsn, kwargs=connection_kwargs(connect_timeout_s), min_size=1, max_size=pool_max
+        )
+        self._app = procrastinate.App(connector=self._connector)
+        self._task = self._app.task(name=TASK_NAME, pass_context=False)(self._turn)
+        self._worker: Worker | None = None
+        self._worker_task: asyncio.Task[None] | None = None
+        self._interrupted: set[str] = set()
+        self._stopping = False
+
+    async def open(self) -> None:
+        """Open the connection pool; offers and recovery need it, the worker too."""
+        await self._app.open_async()
+
+    async def close(self) -> None:
+        """Close the pool; call `stop` first if the worker runs."""
+        await self._app.close_async()
+
+    async def __aenter__(self) -> ThreadJobs:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def offer(self, session_key: str, conn: psycopg.AsyncConnection[Any] | None = None) -> bool:
+        """Ask for a turn of the thread; False when a queued job already will run it.
+
+        With `conn` (inside the caller's transaction) the job commits or rolls back with the
+        caller's writes. The deferral runs in a savepoint so a refused queueing lock leaves that
+        transaction usable.
+        """
+        lock = thread_lock(session_key)
+        deferrer = self._task.configure(lock=lock, queueing_lock=lock, connection=conn)
+        try:
+            if conn is None:
+                await deferrer.defer_async(session_key=session_key)
+            else:
+                async with conn.transaction():
+                    await deferrer.defer_async(session_key=session_key)
+        except pq_exceptions.AlreadyEnqueued:
+            return False
+        return True
+
+    async def start(self, *, concurrency: int) -> None:
+        """Run the worker in this process, at most `concurrency` turns at once."""
+        if self._worker_task is not None:
+            raise RuntimeError("the worker is already running")
+        self._worker = Worker(
+            app=self._app,
+            name=self._worker_name,
+            concurrency=concurrency,
+            fetch_job_polling_interval=self._poll_s,
+            install_signal_handlers=False,
+            update_heartbeat_interval=self._heartbeat_s,
+            stalled_worker_timeout=self._heartbeat_s * 5,
+        )
+        # procrastinate's Worker leaves run() and stop() unannotated.
+        run = self._worker.run()  # type: ignore[no-untyped-call]
+        self._worker_task = asyncio.create_task(run, name=f"worker {self._worker_name}")
+
+    async def stop(self, grace_s: float) -> list[str]:
+        """Stop taking jobs, give running turns `grace_s`, then cancel them and hand their threads on.
+
+        Returns the session keys whose turns were cut short; each got a fresh job, so another
+        replica (or this one after a restart) resumes the thread.
+        """
+        worker, task = self._worker, self._worker_task
+        if worker is None or task is None:
+            return []
+        self._worker = self._worker_task = None
+        # The worker reads its graceful timeout only when it shuts down, so it can be set here.
+        worker.shutdown_graceful_timeout = grace_s
+        self._stopping = True
+        worker.stop()  # type: ignore[no-untyped-call]
+        try:
+            await task
+        finally:
+            self._stopping = False
+        handed, self._interrupted = sorted(self._interrupted), set()
+        for key in handed:
+            await self.offer(key)
+        return handed
+
+    async def recover_stalled(self, seconds_since_heartbeat: float) -> list[str]:
+        """Fail the jobs of workers silent for `seconds_since_heartbeat` and re-offer their threads.
+
+        Each job is failed and its fresh twin deferred in one transaction, so a crash in between
+        cannot leave a thread without a turn. Safe on every replica at once: the row lock with
+        SKIP LOCKED and the `doing` check let exactly one recover each job.
+        """
+        stalled = await self._app.job_manager.get_stalled_jobs(
+            task_name=TASK_NAME, seconds_since_heartbeat=seconds_since_heartbeat
+        )
+        recovered: list[str] = []
+        for job in stalled:
+            key = str(job.task_kwargs["session_key"])
+            async with self._connector.pool.connection() as conn, conn.transaction():
+                cur = await conn.execute(
+                    "SELECT id FROM procrastinate_jobs WHERE id = %s AND status = 'doing' FOR UPDATE SKIP LOCKED",
+                    (job.id,),
+                )
+                if await cur.fetchone() is None:
+                    continue  # another replica recovered it, or it finished meanwhile
+                await conn.execute("SELECT procrastinate_finish_job_v1(%s, 'failed', false)", (job.id,))
+                await self.offer(key, conn)
+            recovered.append(key)
+        return recovered
+
+    async def _turn(self, session_key: str) -> None:
+        try:
+            await self._run(session_key)
+        except asyncio.CancelledError:
+            if self._stopping:
+                self._interrupted.add(session_key)
+            raise
