@@ -235,24 +235,27 @@ class Engine:
             if not self.is_busy(session_key):
                 return
 
-    async def shutdown(self, grace_s: float) -> None:
-        """Stop taking work, let running turns finish for `grace_s`, cancel them, and at last stop them."""
+    async def shutdown(self, grace_s: float) -> list[str]:
+        """Stop taking work, let running turns finish for `grace_s`, cancel them, and at last stop them.
+
+        Returns the sessions whose turns were cut short (their input stays owed, for whoever goes on)."""
         self._accepting = False
         for check in list(self._checks):
             check.cancel()
         tasks = [s.task for s in self._sessions.values() if s.task is not None and not s.task.done()]
         if not tasks:
-            return
+            return []
         _, still_running = await asyncio.wait(tasks, timeout=grace_s)
-        for key, session in list(self._sessions.items()):
-            if session.task in still_running:
-                await self.cancel_turn(key, by=SHUTDOWN)
+        cut_short = [key for key, session in self._sessions.items() if session.task in still_running]
+        for key in cut_short:
+            await self.cancel_turn(key, by=SHUTDOWN)
         _, stuck = await asyncio.wait(tasks, timeout=grace_s)
         for task in stuck:
             task.cancel()
         if stuck:
             # Bounded but not zero: a cancelled turn still closes its history before the store goes.
             await asyncio.wait(stuck, timeout=CANCEL_WAIT_S)
+        return cut_short
 
     # -- internals ------------------------------------------------------------------------
 

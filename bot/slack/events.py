@@ -17,6 +17,7 @@ whoever started the thread, and a reminder or a time zone is theirs.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -50,7 +51,10 @@ class MessageRouter:
         settings: Settings,
         bot_user_id: str,
         metrics: Metrics,
+        cancel_elsewhere: Callable[[str, str], Awaitable[None]] | None = None,
     ) -> None:
+        """`cancel_elsewhere(session_key, by)` (a cluster) stops a turn that runs on another replica."""
+        self._cancel_elsewhere = cancel_elsewhere
         self._client = client
         self._store = store
         self._engine = engine
@@ -142,9 +146,9 @@ class MessageRouter:
     async def _deliver(
         self, session_key: str, incoming: Incoming, content: str | list[dict[str, Any]], inbox_id: int
     ) -> None:
-        delivery = self._engine.submit(session_key, content, inbox_id=inbox_id, requester=incoming.user)
-        if delivery is Delivery.STARTED:
-            self._metrics.inc("turns_started_total")
+        delivery = await self._engine.deliver(session_key, content, inbox_id=inbox_id, requester=incoming.user)
+        if delivery in (Delivery.STARTED, Delivery.QUEUED):
+            self._metrics.inc("turns_started_total" if delivery is Delivery.STARTED else "turns_queued_total")
             self._edge.note_request(session_key, incoming.channel, incoming.ts, incoming.user)
         elif delivery is Delivery.INJECTED:
             self._metrics.inc("injections_total")
@@ -162,10 +166,19 @@ class MessageRouter:
         self._metrics.inc("cancels_total")
         busy = self._engine.is_busy(session_key)
         results = await self._engine.cancel_turn(session_key, by=incoming.user)
+        if not busy and self._cancel_elsewhere is not None and await self._running_elsewhere(session_key):
+            await self._cancel_elsewhere(session_key, incoming.user)
+            busy = True
         if busy or any(result.cancelled for result in results):
             await self._react(incoming.channel, incoming.ts, "octagonal_sign")
         else:
             self._edge.notice(session_key, "Nothing is running right now.")
+
+    async def _running_elsewhere(self, session_key: str) -> bool:
+        """In a cluster: whether the store shows the session busy (a turn owing an answer, an open call)."""
+        return bool(await self._store.session_inbox(session_key)) or bool(
+            await self._store.session_calls(session_key, only_open=True)
+        )
 
     async def _deny(self, incoming: Incoming) -> None:
         """Say no once per thread, in the thread; later messages there are dropped silently."""

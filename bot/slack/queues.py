@@ -102,13 +102,24 @@ class TaskSet:
 
     def spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> bool:
         """Run `coroutine` in the background; False (and it is closed unrun) once shutting down."""
+        return self._start(coroutine, name) is not None
+
+    async def run(self, coroutine: Coroutine[Any, Any, None], name: str) -> bool:
+        """`spawn` and wait for it to end (its caller acks only then); a cancelled caller does not cancel it."""
+        task = self._start(coroutine, name)
+        if task is None:
+            return False
+        await asyncio.wait([task])
+        return True
+
+    def _start(self, coroutine: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None] | None:
         if not self.accepting:
             coroutine.close()
-            return False
+            return None
         task = asyncio.get_running_loop().create_task(coroutine, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._done)
-        return True
+        return task
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
