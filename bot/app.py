@@ -32,7 +32,7 @@ from bot.model.metering import MeteredProvider, UsageMeter
 from bot.operator_tools import SourcedTool, load_entry_point_tools, load_module_tools, unique_tools
 from bot.schedule import Scheduler, build_scheduler
 from bot.schedule.firing import Clock
-from bot.store import Store
+from bot.store import Store, open_store
 from bot.types import EngineOutput, Provider, SessionFilter, TimezoneLookup
 from tools import builtin_tools
 from tools.base import Tool
@@ -130,7 +130,7 @@ async def open_core(
     operator = [*load_module_tools(settings.bot_tool_modules), *load_entry_point_tools()]
     mcp_servers = load_mcp_config(settings.bot_mcp_config) if settings.bot_mcp_config else []
     async with contextlib.AsyncExitStack() as stack:
-        store = await Store.open(settings.db_path)
+        store = await open_store(settings)
         stack.push_async_callback(store.close)
         if provider is None:
             model = anthropic_provider(settings)

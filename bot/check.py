@@ -24,7 +24,7 @@ from bot.mcp.check import check_mcp
 from bot.operator_tools import SourcedTool, load_entry_point_tools, load_module_tools, unique_tools
 from bot.slack import tokens
 from bot.slack.app import build_client, check_app_token, identify, slack_http_session
-from bot.store import Store
+from bot.store import SqliteStore
 from bot.types import ModelRequest
 from bot.variables import where_set
 from tools import builtin_tools
@@ -44,10 +44,10 @@ async def check_database(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S)
     try:
         async with asyncio.timeout(timeout_s):
             if settings.db_path.exists():
-                await (await Store.open(settings.db_path)).close()
+                await (await SqliteStore.open(settings.db_path)).close()
                 return f"database {settings.db_path} opens and is migrated"
             with tempfile.TemporaryDirectory(prefix="threadbot-check-") as scratch:
-                await (await Store.open(Path(scratch) / "bot.db")).close()
+                await (await SqliteStore.open(Path(scratch) / "bot.db")).close()
     except StoreError as exc:
         raise ThreadbotError(f"BOT_DATA_DIR: {exc}") from None
     except TimeoutError:

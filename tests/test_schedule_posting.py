@@ -16,7 +16,7 @@ from schedule_support import FakeWaker
 from bot.calls.models import utcnow
 from bot.schedule import Scheduler
 from bot.schedule.posting import ReminderPoster
-from bot.store import NewReminder, ReminderKind, ReminderStatus, Store
+from bot.store import NewReminder, ReminderKind, ReminderStatus, SqliteStore, Store
 from bot.types import ReminderOutcome, ReminderPost
 
 KEY = "test:posts"
@@ -44,7 +44,7 @@ class FlakyEdge:
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    opened = await Store.open(tmp_path / "bot.db")
+    opened = await SqliteStore.open(tmp_path / "bot.db")
     await opened.ensure_session(KEY, {"requester": "U1"})
     try:
         yield opened

@@ -3,27 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from bot.store import NewReminder, ReminderKind, ReminderStatus, Store
+from bot.store import NewReminder, ReminderKind, ReminderStatus, SqliteStore, Store
 
 A, B = "test:a", "test:b"
 DUE = datetime(2026, 5, 1, 7, tzinfo=UTC)
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    opened = await Store.open(tmp_path / "bot.db")
-    await opened.ensure_session(A, {"requester": "U1"})
-    await opened.ensure_session(B)
-    try:
-        yield opened
-    finally:
-        await opened.close()
+async def store(any_store: Store) -> Store:
+    """Once per back end (SQLite, PostgreSQL): the reminder half of the store's contract."""
+    await any_store.ensure_session(A, {"requester": "U1"})
+    await any_store.ensure_session(B)
+    return any_store
 
 
 def one_shot(key: str = A, due: datetime = DUE, text: str = "stand-up") -> NewReminder:
@@ -119,11 +115,11 @@ async def test_cancel_only_in_its_own_session(store: Store) -> None:
 
 async def test_rows_survive_reopening(tmp_path: Path) -> None:
     path = tmp_path / "bot.db"
-    first = await Store.open(path)
+    first = await SqliteStore.open(path)
     await first.ensure_session(A)
     added = await first.add_reminder(one_shot())
     await first.close()
-    second = await Store.open(path)
+    second = await SqliteStore.open(path)
     try:
         assert await second.pending_reminders() == [added]
     finally:

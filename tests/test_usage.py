@@ -14,7 +14,7 @@ from bot.calls.models import utcnow
 from bot.model.metering import UsageMeter
 from bot.model.prices import Price
 from bot.slack.metrics import Metrics
-from bot.store import Store
+from bot.store import SqliteStore
 from bot.store.usage import UsageGrouping, UsageRow
 from bot.types import Usage
 from bot.usage_report import parse_since, render
@@ -45,7 +45,7 @@ async def test_each_model_call_is_booked_with_its_turn_and_requester(
 
 
 async def test_usage_groups_by_day_channel_and_model(tmp_path: Path) -> None:
-    store = await Store.open(tmp_path / "bot.db")
+    store = await SqliteStore.open(tmp_path / "bot.db")
     try:
         await store.ensure_session("slack:T:C1:1.0", {"channel": "C1"})
         await store.ensure_session("slack:T:C2:2.0", {"channel": "C2"})

@@ -19,17 +19,15 @@ Mixed into `Store` so this SQL stays in the store package but out of `store.py`.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-import aiosqlite
-
 from bot.calls.models import utcnow
-from bot.store.schema import dumps, fetch, ts
+from bot.store.db import Db, Row, TxHook
+from bot.store.schema import dumps, ts
 
 _COLUMNS = "id, session_key, text, blocks, claimed_at, turn_id, resumes"
 
@@ -59,7 +57,7 @@ class InboxItem:
         return self.turn_id is None
 
 
-def _item(row: sqlite3.Row) -> InboxItem:
+def _item(row: Row) -> InboxItem:
     return InboxItem(
         id=int(row["id"]),
         session_key=row["session_key"],
@@ -71,23 +69,21 @@ def _item(row: sqlite3.Row) -> InboxItem:
     )
 
 
-async def insert_inbox(
-    db: aiosqlite.Connection, session_key: str, text: str, blocks: list[dict[str, Any]] | None = None
-) -> int:
+async def insert_inbox(db: Db, session_key: str, text: str, blocks: list[dict[str, Any]] | None = None) -> int:
     """Add a pending row inside the caller's transaction; returns its id (for claims made elsewhere in the store)."""
     sql = "INSERT INTO inbox (session_key, text, blocks, claimed_at) VALUES (?, ?, ?, ?) RETURNING id"
-    rows = await fetch(db, sql, session_key, text, dumps(blocks) if blocks is not None else None, ts(utcnow()))
+    rows = await db.fetch(sql, session_key, text, dumps(blocks) if blocks is not None else None, ts(utcnow()))
     return int(rows[0][0])
 
 
-async def mark_stored(db: aiosqlite.Connection, inbox_ids: Sequence[int], turn_id: str) -> None:
+async def mark_stored(db: Db, inbox_ids: Sequence[int], turn_id: str) -> None:
     """Inside the transaction that appends the messages holding these rows' text."""
     await db.executemany(
         "UPDATE inbox SET turn_id = ? WHERE id = ? AND turn_id IS NULL", [(turn_id, i) for i in inbox_ids]
     )
 
 
-async def mark_answered(db: aiosqlite.Connection, session_key: str) -> int:
+async def mark_answered(db: Db, session_key: str) -> int:
     """Every stored row of the session, not only the closing turn's: a resumed turn also answers the
     rows the turn it resumed had stored. A row still pending (it came after the last save) stays owed."""
     cursor = await db.execute(
@@ -102,12 +98,12 @@ class InboxQueries:
 
     if TYPE_CHECKING:
 
-        def _read(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+        def _read(self) -> AbstractAsyncContextManager[Db]: ...
 
-        def _write(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+        def _write(self) -> AbstractAsyncContextManager[Db]: ...
 
         @staticmethod
-        async def _require_session(db: aiosqlite.Connection, key: str) -> None: ...
+        async def _require_session(db: Db, key: str) -> None: ...
 
     async def claim_message(
         self,
@@ -117,26 +113,32 @@ class InboxQueries:
         *,
         address: dict[str, Any],
         blocks: list[dict[str, Any]] | None = None,
+        then: TxHook | None = None,
     ) -> InboxItem | None:
         """Record `keys` as seen and `text` (with `blocks`, its content with files) as owed an answer, in one
         transaction; None if any key was seen.
 
         The session is created with `address` if it does not exist yet, else `address` is merged into
-        its stored one (new keys win): who speaks now is saved with what they said.
+        its stored one (new keys win): who speaks now is saved with what they said. `then` (PostgreSQL only)
+        runs on the connection inside the claim's transaction once the row is in, so work it queues there (a
+        job for the turn) commits with the claim or not at all.
         """
         now = ts(utcnow())
         try:
             async with self._write() as db:
                 for key in keys:
-                    sql = "INSERT OR IGNORE INTO seen_events (key, seen_at) VALUES (?, ?)"
+                    sql = "INSERT INTO seen_events (key, seen_at) VALUES (?, ?) ON CONFLICT DO NOTHING"
                     if (await db.execute(sql, (key, now))).rowcount == 0:
                         raise _Seen  # rolls the whole claim back: the twin that got here first owns it
+                merged = db.dialect.json_patch.format(a="sessions.address", b="excluded.address")
                 await db.execute(
                     "INSERT INTO sessions (key, created_at, address) VALUES (?, ?, ?) "
-                    "ON CONFLICT(key) DO UPDATE SET address = json_patch(sessions.address, excluded.address)",
+                    f"ON CONFLICT(key) DO UPDATE SET address = {merged}",
                     (session_key, now, dumps(address)),
                 )
                 inbox_id = await insert_inbox(db, session_key, text, blocks)
+                if then is not None:
+                    await db.hand_over(then)
         except _Seen:
             return None
         return InboxItem(inbox_id, session_key, text, datetime.fromisoformat(now), None, blocks=blocks)
@@ -145,7 +147,7 @@ class InboxQueries:
         """Every row not answered yet, by session, oldest first: what a restart must resume."""
         sql = f"SELECT {_COLUMNS} FROM inbox WHERE answered_at IS NULL ORDER BY id"
         async with self._read() as db:
-            rows = await fetch(db, sql)
+            rows = await db.fetch(sql)
         found: dict[str, list[InboxItem]] = {}
         for row in rows:
             item = _item(row)

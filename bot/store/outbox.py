@@ -17,10 +17,9 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import aiosqlite
-
 from bot.calls.models import utcnow
-from bot.store.schema import dumps, fetch, ts
+from bot.store.db import Db
+from bot.store.schema import dumps, ts
 
 _UPSERT_EDIT = """
 INSERT INTO outbox (session_key, channel, ts, text, blocks, created_at) VALUES (?, ?, ?, ?, ?, ?)
@@ -62,9 +61,9 @@ def _loads(value: str | None) -> Any:
 class OutboxQueries:
     if TYPE_CHECKING:
 
-        def _read(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+        def _read(self) -> AbstractAsyncContextManager[Db]: ...
 
-        def _write(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+        def _write(self) -> AbstractAsyncContextManager[Db]: ...
 
     async def owe_post(
         self,
@@ -77,12 +76,12 @@ class OutboxQueries:
     ) -> int:
         """Record a post before it is tried; returns its id (settle it with `settle_post` once Slack has it)."""
         async with self._write() as db:
-            cursor = await db.execute(
+            rows = await db.fetch(
                 "INSERT INTO outbox (session_key, channel, thread_ts, text, blocks, metadata, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (session_key, channel, thread_ts, text, _dumps(blocks), _dumps(metadata), ts(utcnow())),
+                "VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                *(session_key, channel, thread_ts, text, _dumps(blocks), _dumps(metadata), ts(utcnow())),
             )
-            return int(cursor.lastrowid or 0)
+            return int(rows[0][0])
 
     async def settle_post(self, post_id: int) -> None:
         async with self._write() as db:
@@ -105,14 +104,14 @@ class OutboxQueries:
             return
         async with self._write() as db:
             await db.executemany(
-                "DELETE FROM outbox WHERE channel = ? AND ts = ? AND (? IS NULL OR text = ?)",
+                "DELETE FROM outbox WHERE channel = ? AND ts = ? AND (CAST(? AS TEXT) IS NULL OR text = ?)",
                 [(channel, ts_, text, text) for channel, ts_, text in landed],
             )
 
     async def owed_messages(self) -> list[OwedMessage]:
         """Everything still owed, oldest first (so a session's posts keep their order)."""
         async with self._read() as db:
-            rows = await fetch(db, "SELECT * FROM outbox ORDER BY id")
+            rows = await db.fetch("SELECT * FROM outbox ORDER BY id")
         return [
             OwedMessage(
                 id=int(row["id"]),

@@ -17,10 +17,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-import aiosqlite
-
 from bot.calls.models import utcnow
-from bot.store.schema import fetch, ts
+from bot.store.db import Db
+from bot.store.schema import ts
 from bot.types import ReminderPost
 
 
@@ -30,10 +29,10 @@ class PostState(StrEnum):
     ABANDONED = "abandoned"
 
 
-async def insert_post(db: aiosqlite.Connection, reminder_id: int, due_at: datetime, text: str) -> None:
+async def insert_post(db: Db, reminder_id: int, due_at: datetime, text: str) -> None:
     """Owe the run `(reminder_id, due_at)` a post, inside the claim's transaction; a second claim of it adds nothing."""
     await db.execute(
-        "INSERT OR IGNORE INTO reminder_posts (reminder_id, due_at, text, claimed_at) VALUES (?, ?, ?, ?)",
+        "INSERT INTO reminder_posts (reminder_id, due_at, text, claimed_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
         (reminder_id, ts(due_at), text, ts(utcnow())),
     )
 
@@ -43,9 +42,9 @@ class ReminderPostQueries:
 
     if TYPE_CHECKING:
 
-        def _read(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+        def _read(self) -> AbstractAsyncContextManager[Db]: ...
 
-        def _write(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+        def _write(self) -> AbstractAsyncContextManager[Db]: ...
 
     async def owed_reminder_posts(self) -> list[ReminderPost]:
         """Every post claimed but not confirmed, oldest claim first (what a start must deliver)."""
@@ -55,7 +54,7 @@ class ReminderPostQueries:
             "WHERE p.state = 'owed' ORDER BY p.claimed_at, p.reminder_id"
         )
         async with self._read() as db:
-            rows = await fetch(db, sql)
+            rows = await db.fetch(sql)
         return [
             ReminderPost(
                 reminder_id=int(row[0]),
@@ -74,7 +73,7 @@ class ReminderPostQueries:
             "UPDATE reminder_posts SET attempts = attempts + 1 WHERE reminder_id = ? AND due_at = ? RETURNING attempts"
         )
         async with self._write() as db:
-            rows = await fetch(db, sql, post.reminder_id, ts(post.due_at))
+            rows = await db.fetch(sql, post.reminder_id, ts(post.due_at))
         return int(rows[0][0]) if rows else 0
 
     async def settle_reminder_post(self, post: ReminderPost, state: PostState) -> bool:
