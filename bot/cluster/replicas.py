@@ -23,11 +23,10 @@ import secrets
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, LiteralString
 
 import psycopg
 
-from bot.cluster.jobs import connection_kwargs
+from bot.cluster.link import Link
 
 log = logging.getLogger(__name__)
 
@@ -48,19 +47,18 @@ class Replicas:
         interval_s: float = 2.0,
         lease_s: float = 10.0,
     ) -> None:
-        self._dsn = dsn
         self._lost = lost
         self._interval_s = interval_s
         self._lease_s = lease_s
         host, pid = socket.gethostname(), os.getpid()
         self._host, self._pid = host, pid
         self.id = new_replica_id(host, pid)
-        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._link = Link(dsn)
         self._beating: asyncio.Task[None] | None = None
 
     async def register(self) -> str:
         """Insert this replica's row and start renewing it; returns the replica id."""
-        await self._execute(
+        await self._link.execute(
             "INSERT INTO replicas (id, host, pid) VALUES (%s, %s, %s)", (self.id, self._host, self._pid)
         )
         self._beating = asyncio.create_task(self._beat_forever(), name=f"heartbeat {self.id}")
@@ -68,7 +66,7 @@ class Replicas:
 
     async def heartbeat(self) -> bool:
         """Renew the lease once; False when the row is no longer ours to renew (reaped or stopped)."""
-        rows = await self._execute(
+        rows = await self._link.execute(
             "UPDATE replicas SET heartbeat_at = now() WHERE id = %s AND state IN ('alive', 'stopping') RETURNING id",
             (self.id,),
         )
@@ -76,25 +74,23 @@ class Replicas:
 
     async def mark_stopping(self) -> None:
         """Tell the others this replica takes no new work; it still renews its lease while it drains."""
-        await self._execute("UPDATE replicas SET state = 'stopping' WHERE id = %s AND state = 'alive'", (self.id,))
+        await self._link.execute("UPDATE replicas SET state = 'stopping' WHERE id = %s AND state = 'alive'", (self.id,))
 
     async def mark_stopped(self) -> None:
         """End the lease at a graceful exit: stop renewing, and mark the row so nobody reaps it."""
         await self._stop_beating()
-        await self._execute(
+        await self._link.execute(
             "UPDATE replicas SET state = 'stopped' WHERE id = %s AND state IN ('alive', 'stopping')", (self.id,)
         )
 
     async def close(self) -> None:
         """Stop renewing (without marking the row) and close the connection."""
         await self._stop_beating()
-        if self._conn is not None:
-            await self._conn.close()
-            self._conn = None
+        await self._link.close()
 
     async def reap(self, lease_s: float) -> list[str]:
         """Claim the replicas whose lease ran out; each is returned to exactly one caller cluster-wide."""
-        rows = await self._execute(
+        rows = await self._link.execute(
             "UPDATE replicas SET state = 'dead' WHERE state IN ('alive', 'stopping')"
             " AND heartbeat_at < now() - make_interval(secs => %s) RETURNING id",
             (lease_s,),
@@ -103,7 +99,7 @@ class Replicas:
 
     async def live_count(self) -> int:
         """Replicas holding a lease now (alive or draining), for splitting per-workspace budgets."""
-        rows = await self._execute(
+        rows = await self._link.execute(
             "SELECT count(*) FROM replicas WHERE state IN ('alive', 'stopping')"
             " AND heartbeat_at >= now() - make_interval(secs => %s)",
             (self._lease_s,),
@@ -120,7 +116,7 @@ class Replicas:
                 async with asyncio.timeout(self._interval_s):
                     ours = await self.heartbeat()
             except (psycopg.Error, TimeoutError) as exc:
-                await self._drop_connection()
+                await self._link.close()
                 if time.monotonic() - renewed <= self._lease_s:
                     log.warning("replica %s heartbeat failed (%r); retrying", self.id, exc)
                     continue
@@ -137,15 +133,3 @@ class Replicas:
         if task is not None and task is not asyncio.current_task():  # `lost` may call close()
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-
-    async def _execute(self, query: LiteralString, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        if self._conn is None or self._conn.closed:
-            self._conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True, **connection_kwargs())
-        cur = await self._conn.execute(query, params)
-        return await cur.fetchall() if cur.description else []
-
-    async def _drop_connection(self) -> None:
-        """Forget a connection a failed or timed-out query may have left mid-protocol."""
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await conn.close()
