@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from bot.cluster.jobs import connection_kwargs
+from bot.cluster.link import Link, connect
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +77,7 @@ class Doorbell:
         self._backstop_s = backstop_s
         self._channel = channel
         self._backoff_s = backoff_s
-        self._sender: psycopg.AsyncConnection[Any] | None = None
-        self._send_lock = asyncio.Lock()
+        self._sender = Link(dsn, application_name=f"threadbot doorbell sender {channel}")
         self._tasks: list[asyncio.Task[None]] = []
         self._handling: set[asyncio.Task[None]] = set()
 
@@ -96,9 +95,7 @@ class Doorbell:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if self._sender is not None:
-            await self._sender.close()
-            self._sender = None
+        await self._sender.close()
 
     async def ring(self, kind: str, key: str, conn: psycopg.AsyncConnection[Any] | None = None, **extra: Any) -> None:
         """Notify every replica; inside `conn`'s transaction the ring is delivered only at its commit."""
@@ -106,25 +103,14 @@ class Doorbell:
         if conn is not None:
             await conn.execute("SELECT pg_notify(%s, %s)", args)
             return
-        async with self._send_lock:
-            for attempt in (1, 2):
-                try:
-                    if self._sender is None or self._sender.closed:
-                        self._sender = await self._connect()
-                    await self._sender.execute("SELECT pg_notify(%s, %s)", args)
-                    return
-                except psycopg.OperationalError:
-                    self._sender = None
-                    if attempt == 2:
-                        raise
-
-    async def _connect(self) -> psycopg.AsyncConnection[Any]:
-        return await psycopg.AsyncConnection.connect(
-            self._dsn, autocommit=True, application_name=f"threadbot doorbell {self._channel}", **connection_kwargs()
-        )
+        try:
+            await self._sender.execute("SELECT pg_notify(%s, %s)", args)
+        except psycopg.OperationalError:  # the sending connection broke since the last ring: one more try
+            await self._sender.close()
+            await self._sender.execute("SELECT pg_notify(%s, %s)", args)
 
     async def _listen(self) -> psycopg.AsyncConnection[Any]:
-        conn = await self._connect()
+        conn = await connect(self._dsn, application_name=f"threadbot doorbell {self._channel}")
         await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
         return conn
 

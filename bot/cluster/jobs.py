@@ -16,8 +16,8 @@ lock would wait for the next poll once the running turn ends. `LOCK_RELEASE_DDL`
 that sends procrastinate's own "job inserted" notification when a locked job leaves `doing`
 with a twin waiting, so the next turn starts at once on whichever replica fetches it first.
 
-Connections use TCP keepalives so a half-open link to the database fails within seconds
-instead of hanging a worker forever.
+Connections use TCP keepalives (see `bot.cluster.link`) so a half-open link to the database
+fails within seconds instead of hanging a worker forever.
 """
 
 from __future__ import annotations
@@ -33,13 +33,11 @@ from procrastinate import exceptions as pq_exceptions
 from procrastinate.schema import SchemaManager
 from procrastinate.worker import Worker
 
+from bot.cluster.link import connect, connection_kwargs
+
 log = logging.getLogger(__name__)
 
 TASK_NAME = "thread_turn"
-
-KEEPALIVES: dict[str, int] = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
-"""libpq keepalive settings: a silent peer is declared dead after about 10 + 3 x 5 = 25 s."""
-
 
 LOCK_RELEASE_DDL = """
 CREATE OR REPLACE FUNCTION threadbot_notify_lock_released() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -63,11 +61,6 @@ CREATE TRIGGER threadbot_notify_lock_released
 """Wakes every worker when a thread's lock frees up with a job waiting on it; applied after procrastinate's."""
 
 
-def connection_kwargs(connect_timeout_s: int = 5) -> dict[str, Any]:
-    """libpq connection parameters for every cluster connection: keepalives and a bounded connect."""
-    return {**KEEPALIVES, "connect_timeout": connect_timeout_s}
-
-
 def thread_lock(session_key: str) -> str:
     """The lock and queueing lock of one thread's jobs."""
     return f"thread:{session_key}"
@@ -75,7 +68,7 @@ def thread_lock(session_key: str) -> str:
 
 async def apply_procrastinate_schema(dsn: str) -> None:
     """Create procrastinate's schema and our wake-up trigger in the DSN's search_path (`threadbot migrate`)."""
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True, **connection_kwargs()) as conn:
+    async with await connect(dsn) as conn:
         await conn.execute(SchemaManager.get_schema())
         await conn.execute(LOCK_RELEASE_DDL)
 
