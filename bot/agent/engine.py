@@ -48,7 +48,8 @@ class Delivery(StrEnum):
 class TurnHost(Protocol):
     """Where a session's next turn runs when none runs here: in a cluster, wherever its job lands."""
 
-    async def offer(self, session_key: str) -> None: ...
+    async def offer(self, session_key: str, ref: dict[str, str] | None = None) -> None:
+        """Have the session's job run; `ref` is the edge's handle on the input (to acknowledge it)."""
 
 
 MAX_TURNS_PER_JOB = 20
@@ -136,12 +137,13 @@ class Engine:
         *,
         inbox_id: int,
         requester: str | None = None,
+        ref: dict[str, str] | None = None,
     ) -> Delivery:
         """`submit` for stored input, done when the delivery is durable: in a cluster the session's job
-        is committed before this returns (an edge acks only then)."""
+        is committed before this returns (an edge acks only then). `ref` goes to the host with it."""
         if self._host is None or self.is_busy(session_key) or not self._accepting:
             return self.submit(session_key, content, inbox_id=inbox_id, requester=requester)
-        await self._host.offer(session_key)
+        await self._host.offer(session_key, ref)
         return Delivery.QUEUED
 
     async def run_thread(self, session_key: str) -> None:

@@ -12,7 +12,7 @@ import contextlib
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import tzinfo
 from pathlib import Path
@@ -73,9 +73,12 @@ class CallRegistry:
     def subscribe(self, listener: CallListener) -> None:
         self._listeners.append(listener)
 
-    async def recover(self) -> list[ToolCall]:
-        """Mark calls a previous process left unfinished as `orphaned`; call once at start."""
-        orphans = await self._store.orphan_open_calls()
+    async def recover(self, replicas: Sequence[str] | None = None) -> list[ToolCall]:
+        """Mark calls a previous process left unfinished as `orphaned`; call once at start.
+
+        `replicas` limits it to the calls of those replicas (a cluster: none at start, its reaper
+        orphans the dead ones'); None means every open call (one process: all are a previous run's)."""
+        orphans = await self._store.orphan_open_calls(replicas)
         if orphans:
             log.info("marked %d unfinished tool calls from a previous run as orphaned", len(orphans))
         # What their commands started may still run (a SIGKILL leaves no time to clean up): end it now.

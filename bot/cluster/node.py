@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -39,16 +38,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-RINGS_DDL = """
-CREATE TABLE cluster_rings (
-    id    BIGSERIAL PRIMARY KEY,
-    at    TIMESTAMPTZ NOT NULL DEFAULT now(),
-    kind  TEXT NOT NULL,
-    key   TEXT NOT NULL,
-    body  JSONB NOT NULL DEFAULT '{}'
-);
-CREATE INDEX cluster_rings_by_time ON cluster_rings(at);
-"""
 REPLAY_S = 60.0
 """How far back the backstop looks for rings: well past any reconnect, short enough to stay cheap."""
 KEEP_RINGS_S = 600.0
@@ -76,9 +65,7 @@ class ClusterNode:
         self.settings = settings
         self.lost = asyncio.Event()
         """Set when this replica lost its lease: it must stop, its work is someone else's now."""
-        self.replicas = Replicas(
-            dsn=dsn, lost=self._on_lost, interval_s=settings.heartbeat_s, lease_s=settings.lease_s
-        )
+        self.replicas = Replicas(dsn=dsn, lost=self._on_lost, interval_s=settings.heartbeat_s, lease_s=settings.lease_s)
         self.jobs = ThreadJobs(
             dsn=dsn, run=self._run_thread, worker_name=self.replicas.id, heartbeat_s=settings.heartbeat_s
         )
@@ -149,22 +136,17 @@ class ClusterNode:
 
     # -- the engine's TurnHost ------------------------------------------------------------
 
-    async def offer(self, session_key: str) -> None:
+    async def offer(self, session_key: str, ref: dict[str, str] | None = None) -> None:
         """The thread has input: its job is committed (or already queued) when this returns."""
         await self.jobs.offer(session_key)
-        await self.ring("input", session_key)
+        await self.ring("input", session_key, **(ref or {}))
 
     async def ring(self, kind: str, key: str, **extra: Any) -> None:
         """Tell every replica (this one too): the row first, then the NOTIFY, in one transaction."""
         store = self._require_store()
         async with store.transaction() as conn:
-            cursor = await conn.execute(
-                "INSERT INTO cluster_rings (kind, key, body) VALUES (%s, %s, %s) RETURNING id",
-                (kind, key, json.dumps(extra)),
-            )
-            row = await cursor.fetchone()
-            assert row is not None
-            await self.doorbell.ring(kind, key, conn, id=int(row[0]), **extra)
+            ring_id = await store.add_ring(conn, kind, key, extra)
+            await self.doorbell.ring(kind, key, conn, id=ring_id, **extra)
 
     # -- what arrives ---------------------------------------------------------------------
 
@@ -203,16 +185,9 @@ class ClusterNode:
     async def _backstop(self) -> None:
         """What a lost NOTIFY would have said: recent rings not handled here, input nobody took up."""
         store = self._require_store()
-        async with store.transaction() as conn:
-            cursor = await conn.execute(
-                "SELECT id, kind, key, body FROM cluster_rings WHERE at > now() - make_interval(secs => %s)"
-                " ORDER BY id",
-                (REPLAY_S,),
-            )
-            rows = await cursor.fetchall()
-        for ring_id, kind, key, body in rows:
-            if ring_id not in self._handled:
-                await self._on_ring(Ring(kind, key, {**body, "id": ring_id}))
+        for ring in await store.recent_rings(REPLAY_S):
+            if ring.id not in self._handled:
+                await self._on_ring(Ring(ring.kind, ring.key, {**ring.body, "id": ring.id}))
         for key in await store.stale_inbox_sessions(self.settings.backstop_s):
             if self._engine is not None and self._engine.is_busy(key):
                 await self._engine.take_inputs(key)

@@ -99,9 +99,7 @@ class Scheduler:
         owed = [post for post in await self._store.owed_reminder_posts() if self._owns_key(post.session_key)]
         self._poster.resume(owed)
         self._aps.start()
-        log.info(
-            "scheduler started with %d pending waits and reminders, %d reminder posts owed", pending, len(owed)
-        )
+        log.info("scheduler started with %d pending waits and reminders, %d reminder posts owed", pending, len(owed))
         return pending
 
     async def stop(self, grace_s: float = STOP_GRACE_S) -> None:

@@ -161,7 +161,7 @@ class Ingress:
     def __init__(
         self, *, router: MessageRouter, canceller: Canceller, metrics: Metrics, ack_after: bool = False
     ) -> None:
-        self._router = router
+        self.router = router
         self._canceller = canceller
         self._metrics = metrics
         self.ack_after = ack_after
@@ -173,7 +173,7 @@ class Ingress:
 
     async def message(self, body: dict[str, Any]) -> None:
         self._metrics.inc("events_received_total")
-        await self._handle(self._router.handle(body), f"slack-event:{body.get('event_id')}")
+        await self._handle(self.router.handle(body), f"slack-event:{body.get('event_id')}")
 
     async def reaction(self, body: dict[str, Any]) -> None:
         self._metrics.inc("events_received_total")

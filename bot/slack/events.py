@@ -146,13 +146,14 @@ class MessageRouter:
     async def _deliver(
         self, session_key: str, incoming: Incoming, content: str | list[dict[str, Any]], inbox_id: int
     ) -> None:
-        delivery = await self._engine.deliver(session_key, content, inbox_id=inbox_id, requester=incoming.user)
+        ref = {"channel": incoming.channel, "ts": incoming.ts}
+        delivery = await self._engine.deliver(session_key, content, inbox_id=inbox_id, requester=incoming.user, ref=ref)
         if delivery in (Delivery.STARTED, Delivery.QUEUED):
             self._metrics.inc("turns_started_total" if delivery is Delivery.STARTED else "turns_queued_total")
             self._edge.note_request(session_key, incoming.channel, incoming.ts, incoming.user)
         elif delivery is Delivery.INJECTED:
             self._metrics.inc("injections_total")
-            await self._react(incoming.channel, incoming.ts, INJECTION_REACTION)
+            await self.react(incoming.channel, incoming.ts, INJECTION_REACTION)
         else:
             # Stored and owed: the next start resumes it, so the thread is told to wait, not to resend.
             self._edge.notice(session_key, "I'm restarting; I'll answer this as soon as I'm back.")
@@ -170,7 +171,7 @@ class MessageRouter:
             await self._cancel_elsewhere(session_key, incoming.user)
             busy = True
         if busy or any(result.cancelled for result in results):
-            await self._react(incoming.channel, incoming.ts, "octagonal_sign")
+            await self.react(incoming.channel, incoming.ts, "octagonal_sign")
         else:
             self._edge.notice(session_key, "Nothing is running right now.")
 
@@ -189,7 +190,8 @@ class MessageRouter:
         except SlackApiError as exc:
             log.warning("could not post the allow-list reply: %s", exc.response.get("error"))
 
-    async def _react(self, channel: str, ts: str, name: str) -> None:
+    async def react(self, channel: str, ts: str, name: str) -> None:
+        """Add a reaction; one that is there already is fine, any other failure only logged."""
         try:
             await self._client.reactions_add(channel=channel, timestamp=ts, name=name)
         except SlackApiError as exc:

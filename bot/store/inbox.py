@@ -158,7 +158,7 @@ class InboxQueries:
         """The session's rows not answered yet, oldest first: what its next turn owes an answer."""
         sql = f"SELECT {_COLUMNS} FROM inbox WHERE session_key = ? AND answered_at IS NULL ORDER BY id"
         async with self._read() as db:
-            rows = await fetch(db, sql, session_key)
+            rows = await db.fetch(sql, session_key)
         return [_item(row) for row in rows]
 
     async def count_resume(self, session_key: str) -> None:

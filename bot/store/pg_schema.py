@@ -178,7 +178,19 @@ CREATE TABLE replicas (
 );
 """
 
-MIGRATIONS: list[LiteralString] = [_V1]
+# The durable half of the cluster's doorbell (bot/store/cluster.py): every ring, kept a few minutes.
+_V2 = """
+CREATE TABLE cluster_rings (
+    id    BIGSERIAL PRIMARY KEY,
+    at    TIMESTAMPTZ NOT NULL DEFAULT now(),
+    kind  TEXT NOT NULL,
+    key   TEXT NOT NULL,
+    body  JSONB NOT NULL DEFAULT '{}'
+);
+CREATE INDEX cluster_rings_by_time ON cluster_rings(at);
+"""
+
+MIGRATIONS: list[LiteralString] = [_V1, _V2]
 
 _VERSION_TABLE = """
 CREATE TABLE IF NOT EXISTS threadbot_schema_version (

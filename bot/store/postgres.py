@@ -27,6 +27,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from bot.errors import FencedError, StoreError
+from bot.store.cluster import ClusterQueries
 from bot.store.db import Db, PgDb
 from bot.store.pg_schema import has_jobs_schema, migrate
 from bot.store.store import Store
@@ -63,7 +64,7 @@ async def connect(dsn: str) -> psycopg.AsyncConnection[Any]:
         raise StoreError(f"cannot connect to PostgreSQL at {describe(dsn)}: {exc}") from exc
 
 
-class PostgresStore(Store):
+class PostgresStore(ClusterQueries, Store):
     def __init__(self, pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]], *, replica: str | None) -> None:
         self._pool = pool
         self.replica = replica

@@ -1,0 +1,76 @@
+"""What only a cluster asks of the PostgreSQL store: the rings' log and input nobody took up.
+
+Mixed into `PostgresStore`. Rings are the durable half of the doorbell (bot/cluster/node.py):
+a row per ring (`cluster_rings`, in pg_schema.py), so a replica that missed a NOTIFY finds it on
+its next look.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, LiteralString
+
+import psycopg
+
+from bot.calls.models import utcnow
+from bot.store.schema import ts
+
+# A session owes input and no job of its thread is queued or running: nobody will take it up unless offered.
+_STALE_INBOX = """
+SELECT DISTINCT i.session_key FROM inbox AS i
+WHERE i.answered_at IS NULL AND i.claimed_at < %s
+AND NOT EXISTS (
+    SELECT 1 FROM procrastinate_jobs AS j
+    WHERE j.lock = 'thread:' || i.session_key AND j.status IN ('todo', 'doing')
+)
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class RingRecord:
+    id: int
+    kind: str
+    key: str
+    body: dict[str, Any]
+
+
+class ClusterQueries:
+    """The rings' log, and the backstop's question: which owed input has no job to take it up?"""
+
+    if TYPE_CHECKING:
+
+        def transaction(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]: ...
+
+    async def add_ring(self, conn: psycopg.AsyncConnection[Any], kind: str, key: str, body: dict[str, Any]) -> int:
+        """Log a ring inside the caller's transaction (its NOTIFY goes out in the same commit)."""
+        cursor = await conn.execute(
+            "INSERT INTO cluster_rings (kind, key, body) VALUES (%s, %s, %s) RETURNING id",
+            (kind, key, json.dumps(body)),
+        )
+        row = await cursor.fetchone()
+        assert row is not None
+        return int(row[0])
+
+    async def recent_rings(self, within_s: float) -> list[RingRecord]:
+        async with self.transaction() as conn:
+            cursor = await conn.execute(
+                "SELECT id, kind, key, body FROM cluster_rings WHERE at > now() - make_interval(secs => %s)"
+                " ORDER BY id",
+                (within_s,),
+            )
+            return [RingRecord(int(r[0]), str(r[1]), str(r[2]), dict(r[3])) for r in await cursor.fetchall()]
+
+    async def prune_rings(self, older_than_s: float) -> None:
+        async with self.transaction() as conn:
+            sql: LiteralString = "DELETE FROM cluster_rings WHERE at < now() - make_interval(secs => %s)"
+            await conn.execute(sql, (older_than_s,))
+
+    async def stale_inbox_sessions(self, older_than_s: float) -> list[str]:
+        """Sessions owing input claimed over `older_than_s` ago with no job of their thread to take it up."""
+        claimed_before = ts(utcnow() - timedelta(seconds=older_than_s))
+        async with self.transaction() as conn:
+            cursor = await conn.execute(_STALE_INBOX, (claimed_before,))
+            return [str(row[0]) for row in await cursor.fetchall()]
