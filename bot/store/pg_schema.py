@@ -232,6 +232,30 @@ async def migrate(conn: psycopg.AsyncConnection[Any]) -> int:
     return current
 
 
+LOCK_RELEASE_DDL: LiteralString = """
+CREATE OR REPLACE FUNCTION threadbot_notify_lock_released() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    payload TEXT;
+BEGIN
+    IF EXISTS (SELECT 1 FROM procrastinate_jobs WHERE lock = NEW.lock AND status = 'todo') THEN
+        payload := json_build_object('type', 'job_inserted', 'job_id', NEW.id)::text;
+        PERFORM pg_notify('procrastinate_queue_v1#' || NEW.queue_name, payload);
+        PERFORM pg_notify('procrastinate_any_queue_v1', payload);
+    END IF;
+    RETURN NEW;
+END;
+$$;
+CREATE TRIGGER threadbot_notify_lock_released
+    AFTER UPDATE OF status ON procrastinate_jobs
+    FOR EACH ROW WHEN (OLD.status = 'doing' AND NEW.status <> 'doing' AND NEW.lock IS NOT NULL)
+    EXECUTE FUNCTION threadbot_notify_lock_released();
+"""
+"""procrastinate wakes its workers only when a job is inserted, so a thread's job queued behind the
+thread's lock would wait for the next poll once the running turn ends. This trigger sends
+procrastinate's own "job inserted" notification when a locked job leaves `doing` with a twin
+waiting, so the next turn starts at once on whichever replica fetches it first."""
+
+
 async def has_jobs_schema(conn: psycopg.AsyncConnection[Any]) -> bool:
     """Whether procrastinate's schema is in the database (on the connection's search_path)."""
     cursor = await conn.execute("SELECT to_regclass('procrastinate_jobs') IS NOT NULL")
@@ -253,6 +277,7 @@ async def apply_jobs_schema(conn: psycopg.AsyncConnection[Any]) -> bool:
             if await has_jobs_schema(conn):
                 return False
             await conn.execute(SchemaManager.get_schema())
+            await conn.execute(LOCK_RELEASE_DDL)
     except psycopg.Error as exc:
         raise StoreError(f"applying procrastinate's schema failed: {exc}") from exc
     return True
