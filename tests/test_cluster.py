@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cluster_rig import Cluster, cluster
 from fakes.anthropic_api import Reply, tool_use, user_texts
-from test_e2e_slack import mention, reply, wait_status, wait_text
+from test_e2e_slack import WAIT_S, mention, reply, wait_status, wait_text
 
-pytestmark = [pytest.mark.timeout(120), pytest.mark.cluster]
+pytestmark = [pytest.mark.timeout(180), pytest.mark.cluster]
 
 
 @pytest.fixture
@@ -31,3 +35,109 @@ async def test_one_replica_answers_and_takes_an_injection(rig: Cluster) -> None:
     second = [r for r in rig.model.requests if "count down" in user_texts(r)[0]][1]
     assert "[mid-turn user note] hurry up" in user_texts(second)
     await reply(rig.slack, "C1", event["ts"], "stop")
+
+
+def echo(request: dict[str, Any]) -> Reply:
+    """Every answer names the message it answers, so a lost or doubled one shows."""
+    return Reply.text_only(f"re: {user_texts(request)[-1]}")
+
+
+async def test_messages_across_replicas_are_stored_once_answered_once_and_turns_never_overlap(rig: Cluster) -> None:
+    rig.slack.redeliver_fraction = 0.2
+    rig.model.default = echo
+    await rig.start(3)
+
+    async def thread(n: int) -> None:
+        root = await mention(rig.slack, f"C{n % 5}", f"topic {n} q0")
+        await wait_text(rig.slack, f"C{n % 5}", root["ts"], f"re: topic {n} q0")
+        for k in range(1, 4):
+            await reply(rig.slack, f"C{n % 5}", root["ts"], f"topic {n} q{k}")
+            await wait_text(rig.slack, f"C{n % 5}", root["ts"], f"re: topic {n} q{k}")
+
+    await asyncio.gather(*(thread(n) for n in range(50)))
+    for n in range(50):
+        posts = [m.text for m in rig.slack.posts_in_thread(f"C{n % 5}", _root_ts(rig, n))]
+        assert sorted(posts) == sorted(f"re: topic {n} q{k}" for k in range(4)), posts
+    stored = await rig.query("SELECT body FROM messages WHERE role = 'user'")
+    texts = [
+        block["text"] for (body,) in stored for block in json.loads(body)["content"] if block.get("type") == "text"
+    ]
+    asked = [f"topic {n} q{k}" for n in range(50) for k in range(4)]
+    assert sorted(t for t in texts if t.startswith("topic ")) == sorted(asked)
+    assert sum(len(rig.slack.envelopes_of(e)) > 1 for e in rig.slack.event_ids()) > 0  # redeliveries happened
+    assert await overlapping_turns(rig) == []
+
+
+def _root_ts(rig: Cluster, n: int) -> str:
+    return next(m.ts for m in rig.slack.messages(f"C{n % 5}") if m.text == f"topic {n} q0")
+
+
+async def overlapping_turns(rig: Cluster) -> list[str]:
+    """Threads where two jobs were `doing` at once, from procrastinate's own event log."""
+    rows = await rig.query(
+        "SELECT j.lock, e.type, e.at FROM procrastinate_events AS e JOIN procrastinate_jobs AS j ON j.id = e.job_id"
+        " WHERE e.type IN ('started', 'succeeded', 'failed', 'aborted', 'deferred_for_retry') ORDER BY e.at, e.id"
+    )
+    running: dict[str, int] = {}
+    overlapping = []
+    for lock, kind, _ in rows:
+        running[lock] = running.get(lock, 0) + (1 if kind == "started" else -1)
+        if running[lock] > 1:
+            overlapping.append(lock)
+    return overlapping
+
+
+async def test_killing_the_replica_that_runs_20_threads_orphans_their_calls_and_resumes_them_elsewhere(
+    rig: Cluster,
+) -> None:
+    [owner] = await rig.start(1)  # alone at first, so every thread's turn runs on it
+    for n in range(20):
+        sleep = tool_use("sleep_for", {"seconds": 120})
+        rig.script.add(f"long job {n:02d}.", Reply.tools(sleep), Reply.text_only(f"ok {n:02d}"))
+    # A channel each: Slack takes about one post a second per channel, and the daemon paces itself to it.
+    roots = [await mention(rig.slack, f"C{n:02d}", f"long job {n:02d}.") for n in range(20)]
+    statuses = [await wait_status(rig.slack, root["channel"], root["ts"]) for root in roots]
+    for status in statuses:  # the first progress edit comes after the post's place is stored
+        await rig.slack.wait_for(lambda status=status: status.edits, WAIT_S, "the call running")
+    await rig.start(2)
+    await rig.kill(owner)
+    killed_at = time.monotonic()
+    for n, root in enumerate(roots):
+        await wait_text(rig.slack, root["channel"], root["ts"], f"ok {n:02d}")
+    took = time.monotonic() - killed_at
+    assert took < 15, f"every thread resumed elsewhere only after {took:.1f}s"
+    calls = await rig.query("SELECT status, count(*) FROM tool_calls GROUP BY status")
+    assert calls == [("orphaned", 20)]
+    # The repaints are edits, and the workspace's edit budget (about 50 a minute, split across the live
+    # replicas) is what paces them: 20 of them need most of a minute.
+    for status in statuses:
+        await rig.slack.wait_for(lambda status=status: "👻" in status.text, 60, "the call repainted as orphaned")
+    for n in range(20):
+        requests = [r for r in rig.model.requests if f"long job {n:02d}." in user_texts(r)[0]]
+        assert len(requests) == 2 and "orphaned" in json.dumps(requests[1]["messages"][-1])
+
+
+async def test_rolling_sigterm_of_every_replica_under_load_loses_no_acked_message(rig: Cluster) -> None:
+    rig.model.default = echo
+    await rig.start(3)
+    sent: list[tuple[str, str]] = []
+
+    async def load(stop: asyncio.Event) -> None:
+        n = 0
+        while not stop.is_set():
+            event = await mention(rig.slack, "C9", f"rolling {n}")
+            sent.append((event["ts"], f"rolling {n}"))
+            n += 1
+
+    stop = asyncio.Event()
+    loader = asyncio.create_task(load(stop))
+    for old in list(rig.replicas):
+        await rig.slack.wait_for(lambda: len(sent) >= 5, WAIT_S, "some load")
+        [new] = await rig.start(1)  # the replacement first, as a rolling deploy does
+        assert await old.stop() == 0
+        del new
+    stop.set()
+    await loader
+    for ts, words in sent:
+        await wait_text(rig.slack, "C9", ts, f"re: {words}")
+        assert len([m for m in rig.slack.posts_in_thread("C9", ts) if m.text == f"re: {words}"]) == 1
