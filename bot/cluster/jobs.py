@@ -23,7 +23,6 @@ fails within seconds instead of hanging a worker forever.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -34,8 +33,6 @@ from procrastinate.schema import SchemaManager
 from procrastinate.worker import Worker
 
 from bot.cluster.link import connect, connection_kwargs
-
-log = logging.getLogger(__name__)
 
 TASK_NAME = "thread_turn"
 

@@ -7,6 +7,7 @@ broken, so it is reopened on the next use.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, LiteralString
 
 import psycopg
@@ -33,12 +34,15 @@ class Link:
         self._dsn = dsn
         self._kwargs = kwargs
         self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._opening = asyncio.Lock()
 
     async def execute(self, query: LiteralString, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         """Run one statement; the rows it returns, if any."""
-        if self._conn is None or self._conn.closed:
-            self._conn = await connect(self._dsn, **self._kwargs)
-        cur = await self._conn.execute(query, params)
+        async with self._opening:  # concurrent first uses share one connection
+            if self._conn is None or self._conn.closed:
+                self._conn = await connect(self._dsn, **self._kwargs)
+            conn = self._conn
+        cur = await conn.execute(query, params)
         return await cur.fetchall() if cur.description else []
 
     async def close(self) -> None:
