@@ -38,9 +38,12 @@ Check = Callable[[Settings, float], Awaitable[str]]
 
 
 async def check_database(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) -> str:
-    """`BOT_DATA_DIR` writable, and the database opens and migrates (a scratch copy if it does not exist yet)."""
+    """`BOT_DATA_DIR` writable, and the database opens and migrates (a scratch copy if it does not exist yet);
+    with `BOT_DATABASE_URL`, PostgreSQL answers and its schemas are what `run` needs (nothing is changed)."""
     folder = settings.bot_data_dir
     _require_writable(folder)
+    if settings.database_url is not None:
+        return await _check_postgres(settings.database_url, timeout_s)
     try:
         async with asyncio.timeout(timeout_s):
             if settings.db_path.exists():
@@ -53,6 +56,22 @@ async def check_database(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S)
     except TimeoutError:
         raise ThreadbotError(f"BOT_DATA_DIR: {settings.db_path} did not open within {timeout_s:g}s") from None
     return f"BOT_DATA_DIR {folder.absolute()} can be written; run will create bot.db there"
+
+
+async def _check_postgres(dsn: str, timeout_s: float) -> str:
+    from bot.migrate import postgres_state  # psycopg is only loaded in cluster mode
+    from bot.store.postgres import describe
+
+    try:
+        async with asyncio.timeout(timeout_s):
+            state = await postgres_state(dsn)
+    except StoreError as exc:
+        raise ThreadbotError(f"BOT_DATABASE_URL: {exc}") from None
+    except TimeoutError:
+        raise ThreadbotError(f"BOT_DATABASE_URL: {describe(dsn)} did not answer within {timeout_s:g}s") from None
+    if state.problem is not None:
+        raise ThreadbotError(f"BOT_DATABASE_URL: PostgreSQL at {state.where}: {state.problem}")
+    return f"PostgreSQL at {state.where} answers; schema version {state.version} is current, procrastinate's is there"
 
 
 def _require_writable(folder: Path) -> None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
+from store_backends import StoreOpener
 
-from bot.store import NewReminder, ReminderKind, ReminderStatus, SqliteStore, Store
+from bot.store import NewReminder, ReminderKind, ReminderStatus, Store
 
 A, B = "test:a", "test:b"
 DUE = datetime(2026, 5, 1, 7, tzinfo=UTC)
@@ -113,14 +113,10 @@ async def test_cancel_only_in_its_own_session(store: Store) -> None:
     assert await store.claim_reminder(reminder.id, due_at=DUE, outcome=ReminderStatus.FIRED) is None
 
 
-async def test_rows_survive_reopening(tmp_path: Path) -> None:
-    path = tmp_path / "bot.db"
-    first = await SqliteStore.open(path)
+async def test_rows_survive_reopening(store_opener: StoreOpener) -> None:
+    first = await store_opener()
     await first.ensure_session(A)
     added = await first.add_reminder(one_shot())
-    await first.close()
-    second = await SqliteStore.open(path)
-    try:
-        assert await second.pending_reminders() == [added]
-    finally:
-        await second.close()
+    await store_opener.close(first)
+    second = await store_opener()
+    assert await second.pending_reminders() == [added]

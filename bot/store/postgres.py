@@ -61,7 +61,7 @@ async def connect(dsn: str) -> psycopg.AsyncConnection[Any]:
     try:
         return await psycopg.AsyncConnection.connect(dsn, **CONNECTION_KWARGS)
     except psycopg.Error as exc:
-        raise StoreError(f"cannot connect to PostgreSQL at {describe(dsn)}: {exc}") from exc
+        raise StoreError(f"cannot connect to PostgreSQL at {describe(dsn)}: {' '.join(str(exc).split())}") from exc
 
 
 class PostgresStore(ClusterQueries, Store):
