@@ -12,14 +12,16 @@ import pytest
 from cluster_support import PgSchema, pg_fixture  # noqa: F401  (registers the fixture)
 from conftest import WAIT_S
 
-from bot.cluster.jobs import ThreadJobs, apply_procrastinate_schema, procrastinate_schema_present
+from bot.cluster.jobs import ThreadJobs
+from bot.store.pg_schema import apply_jobs_schema, has_jobs_schema
 
 pytestmark = pytest.mark.timeout(30)
 
 
 @pytest.fixture
 async def dsn(pg: PgSchema) -> str:
-    await apply_procrastinate_schema(pg.dsn)
+    async with await pg.connect() as conn:
+        await apply_jobs_schema(conn)
     return pg.dsn
 
 
@@ -75,9 +77,10 @@ async def job_states(dsn: str) -> list[tuple[str, str]]:
 
 async def test_schema_helpers(pg: PgSchema) -> None:
     async with await pg.connect() as conn:
-        assert not await procrastinate_schema_present(conn)
-        await apply_procrastinate_schema(pg.dsn)
-        assert await procrastinate_schema_present(conn)
+        assert not await has_jobs_schema(conn)
+        assert await apply_jobs_schema(conn)
+        assert await has_jobs_schema(conn)
+        assert not await apply_jobs_schema(conn)  # once only
 
 
 async def test_one_turn_per_thread_across_replicas_and_one_more_waits(

@@ -11,10 +11,8 @@ procrastinate's `retry_job`: that moves the stalled job back to `todo`, which vi
 queueing lock when a twin already waits (issue 12, point 9). Recovery finishes the stalled job
 as failed, releasing the thread's lock, and defers a fresh job, which a waiting twin absorbs.
 
-procrastinate wakes workers only when a job is inserted, so a job queued behind a thread's
-lock would wait for the next poll once the running turn ends. `LOCK_RELEASE_DDL` adds a trigger
-that sends procrastinate's own "job inserted" notification when a locked job leaves `doing`
-with a twin waiting, so the next turn starts at once on whichever replica fetches it first.
+A job queued behind a thread's lock starts as soon as the lock frees: the jobs schema carries
+a trigger that wakes the workers then (`LOCK_RELEASE_DDL` in bot/store/pg_schema.py).
 
 Connections use TCP keepalives (see `bot.cluster.link`) so a half-open link to the database
 fails within seconds instead of hanging a worker forever.
@@ -29,56 +27,16 @@ from typing import Any
 import procrastinate
 import psycopg
 from procrastinate import exceptions as pq_exceptions
-from procrastinate.schema import SchemaManager
 from procrastinate.worker import Worker
 
-from bot.cluster.link import connect, connection_kwargs
+from bot.cluster.link import connection_kwargs
 
 TASK_NAME = "thread_turn"
-
-LOCK_RELEASE_DDL = """
-CREATE OR REPLACE FUNCTION threadbot_notify_lock_released() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-    payload TEXT;
-BEGIN
-    IF EXISTS (SELECT 1 FROM procrastinate_jobs WHERE lock = NEW.lock AND status = 'todo') THEN
-        payload := json_build_object('type', 'job_inserted', 'job_id', NEW.id)::text;
-        PERFORM pg_notify('procrastinate_queue_v1#' || NEW.queue_name, payload);
-        PERFORM pg_notify('procrastinate_any_queue_v1', payload);
-    END IF;
-    RETURN NEW;
-END;
-$$;
-DROP TRIGGER IF EXISTS threadbot_notify_lock_released ON procrastinate_jobs;
-CREATE TRIGGER threadbot_notify_lock_released
-    AFTER UPDATE OF status ON procrastinate_jobs
-    FOR EACH ROW WHEN (OLD.status = 'doing' AND NEW.status <> 'doing' AND NEW.lock IS NOT NULL)
-    EXECUTE FUNCTION threadbot_notify_lock_released();
-"""
-"""Wakes every worker when a thread's lock frees up with a job waiting on it; applied after procrastinate's."""
 
 
 def thread_lock(session_key: str) -> str:
     """The lock and queueing lock of one thread's jobs."""
     return f"thread:{session_key}"
-
-
-async def apply_procrastinate_schema(dsn: str) -> None:
-    """Create procrastinate's schema and our wake-up trigger in the DSN's search_path (`threadbot migrate`)."""
-    async with await connect(dsn) as conn:
-        await conn.execute(SchemaManager.get_schema())
-        await conn.execute(LOCK_RELEASE_DDL)
-
-
-async def procrastinate_schema_present(conn: psycopg.AsyncConnection[Any]) -> bool:
-    """Whether procrastinate's schema is installed where `conn` looks (for `threadbot check`)."""
-    cur = await conn.execute(
-        "SELECT to_regclass('procrastinate_jobs') IS NOT NULL"
-        " AND to_regprocedure('procrastinate_defer_jobs_v1(procrastinate_job_to_defer_v1[])') IS NOT NULL"
-        " AND to_regprocedure('threadbot_notify_lock_released()') IS NOT NULL"
-    )
-    row = await cur.fetchone()
-    return bool(row and row[0])
 
 
 class ThreadJobs:

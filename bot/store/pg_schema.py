@@ -257,8 +257,11 @@ waiting, so the next turn starts at once on whichever replica fetches it first."
 
 
 async def has_jobs_schema(conn: psycopg.AsyncConnection[Any]) -> bool:
-    """Whether procrastinate's schema is in the database (on the connection's search_path)."""
-    cursor = await conn.execute("SELECT to_regclass('procrastinate_jobs') IS NOT NULL")
+    """Whether procrastinate's schema (and our wake-up trigger on it) is in the database, on the search_path."""
+    cursor = await conn.execute(
+        "SELECT to_regclass('procrastinate_jobs') IS NOT NULL"
+        " AND to_regprocedure('threadbot_notify_lock_released()') IS NOT NULL"
+    )
     row = await cursor.fetchone()
     return bool(row and row[0])
 
