@@ -208,6 +208,7 @@ async def open_core(
             user_timezone=user_timezone,
             clock=clock,
             owns=owns,
+            periodic=cluster.ticks if cluster is not None else None,
         )
         await scheduler.start()
         if cluster is not None:

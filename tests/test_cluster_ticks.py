@@ -10,15 +10,13 @@ import pytest
 from cluster_support import PgSchema, pg_fixture  # noqa: F401  (registers the fixture)
 from conftest import WAIT_S
 
-from bot.cluster.ticks import KEEP_TICKS, TICKS_DDL, Ticks, next_tick
+from bot.cluster.ticks import KEEP_TICKS, Ticks, next_tick
 
 pytestmark = pytest.mark.timeout(30)
 
 
 @pytest.fixture
-async def dsn(pg: PgSchema) -> str:
-    async with await pg.connect() as conn:
-        await conn.execute(TICKS_DDL)
+def dsn(pg: PgSchema) -> str:
     return pg.dsn
 
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from bot.cluster.doorbell import Doorbell, Ring
 from bot.cluster.jobs import ThreadJobs
 from bot.cluster.replicas import Replicas
+from bot.cluster.ticks import Ticks
 
 if TYPE_CHECKING:
     from bot.agent.engine import Engine
@@ -69,6 +70,8 @@ class ClusterNode:
         self.jobs = ThreadJobs(
             dsn=dsn, run=self._run_thread, worker_name=self.replicas.id, heartbeat_s=settings.heartbeat_s
         )
+        self.ticks = Ticks(dsn=dsn, replica_id=self.replicas.id)
+        """The heartbeat's and housekeeping's ticks: each runs on one replica only."""
         self.doorbell = Doorbell(
             dsn=dsn, handler=self._on_ring, backstop=self._backstop, backstop_s=settings.backstop_s
         )
@@ -128,6 +131,7 @@ class ClusterNode:
             self._reaper.cancel()
             await asyncio.gather(self._reaper, return_exceptions=True)
         await self.doorbell.stop()
+        await self.ticks.close()
         if not self.lost.is_set():
             with contextlib.suppress(Exception):
                 await self.replicas.mark_stopped()

@@ -14,8 +14,7 @@ Why not procrastinate's periodic tasks: they take cron expressions, which cannot
 7000 s" for an arbitrary `BOT_HEARTBEAT_INTERVAL_S`; they run as jobs in the worker's slots,
 queued behind thread turns; and they drop ticks overdue by more than `max_delay`.
 
-    CREATE TABLE ticks (name TEXT NOT NULL, tick BIGINT NOT NULL, replica_id TEXT NOT NULL,
-      claimed_at TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (name, tick));
+The claims are the `ticks` table of the PostgreSQL store's migrations (bot/store/pg_schema.py).
 """
 
 from __future__ import annotations
@@ -32,11 +31,6 @@ from bot.cluster.link import Link
 
 log = logging.getLogger(__name__)
 
-TICKS_DDL = """
-CREATE TABLE ticks (name TEXT NOT NULL, tick BIGINT NOT NULL, replica_id TEXT NOT NULL,
-  claimed_at TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (name, tick))
-"""
-"""The claims table; the PostgreSQL store's migrations create it."""
 
 KEEP_TICKS = 10
 """Claims kept per name (older ones are pruned by each winner): enough to see recent history."""

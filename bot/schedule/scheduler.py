@@ -29,7 +29,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobEvent
@@ -52,6 +52,14 @@ REMINDER_RETRY_S = 3600.0
 
 FireListener = Callable[[FireReport], None]
 ChangeListener = Callable[[int], None]
+
+
+class Periodic(Protocol):
+    """Runs interval work once per tick across a cluster's replicas (bot/cluster/ticks.py)."""
+
+    def every(self, name: str, interval_s: float, work: Callable[[int], Awaitable[object]]) -> None: ...
+
+
 """Told the id of a row this process added or cancelled (a cluster rings the other replicas)."""
 Tick = Callable[[], Awaitable[object]]
 
@@ -75,7 +83,10 @@ class Scheduler:
         clock: Clock = utcnow,
         owns: SessionFilter | None = None,
         reminder_retry_s: float = REMINDER_RETRY_S,
+        periodic: Periodic | None = None,
     ) -> None:
+        """`periodic` (a cluster) runs the interval jobs instead of APScheduler, once per tick cluster-wide."""
+        self._periodic = periodic
         self._store = store
         self._clock = clock
         self._owns = owns
@@ -215,6 +226,9 @@ class Scheduler:
 
     def every(self, job_id: str, interval_s: float, tick: Tick) -> None:
         """Run `tick` every `interval_s` (first run one interval from now), never two at once."""
+        if self._periodic is not None:
+            self._periodic.every(job_id, interval_s, lambda _: self._run_tick(job_id, tick))
+            return
         trigger = IntervalTrigger(seconds=interval_s, timezone=UTC)
         self._aps.add_job(self._run_tick, trigger, args=(job_id, tick), id=job_id, replace_existing=True)
 

@@ -190,7 +190,18 @@ CREATE TABLE cluster_rings (
 CREATE INDEX cluster_rings_by_time ON cluster_rings(at);
 """
 
-MIGRATIONS: list[LiteralString] = [_V1, _V2]
+# Once-per-tick claims of the heartbeat and housekeeping across replicas (bot/cluster/ticks.py).
+_V3 = """
+CREATE TABLE ticks (
+    name        TEXT NOT NULL,
+    tick        BIGINT NOT NULL,
+    replica_id  TEXT NOT NULL,
+    claimed_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (name, tick)
+);
+"""
+
+MIGRATIONS: list[LiteralString] = [_V1, _V2, _V3]
 
 _VERSION_TABLE = """
 CREATE TABLE IF NOT EXISTS threadbot_schema_version (
