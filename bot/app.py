@@ -33,6 +33,7 @@ from bot.operator_tools import SourcedTool, load_entry_point_tools, load_module_
 from bot.schedule import Scheduler, build_scheduler
 from bot.schedule.firing import Clock
 from bot.store import Store
+from bot.store.lock import exclusive_database
 from bot.types import EngineOutput, Provider, SessionFilter, TimezoneLookup
 from tools import builtin_tools
 from tools.base import Tool
@@ -130,6 +131,7 @@ async def open_core(
     operator = [*load_module_tools(settings.bot_tool_modules), *load_entry_point_tools()]
     mcp_servers = load_mcp_config(settings.bot_mcp_config) if settings.bot_mcp_config else []
     async with contextlib.AsyncExitStack() as stack:
+        stack.enter_context(exclusive_database(settings.db_path))  # before recovery orphans anyone's calls
         store = await Store.open(settings.db_path)
         stack.push_async_callback(store.close)
         if provider is None:

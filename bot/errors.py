@@ -3,6 +3,7 @@
 ThreadbotError
 ├── ConfigError        bad configuration; the CLI prints it as one line
 ├── StoreError         the database cannot be opened or migrated
+│   └── DataDirBusy      another process holds the SQLite database's lock
 ├── ModelError         the model request failed after the SDK's own retries
 │   └── ContextOverflow  the request no longer fits the model's context window
 └── ToolInputError     a tool was called with arguments it cannot use
@@ -21,6 +22,10 @@ class ConfigError(ThreadbotError):
 
 class StoreError(ThreadbotError):
     pass
+
+
+class DataDirBusy(StoreError):
+    """The message names the data dir and the other process; the CLI prints it as one line."""
 
 
 class ModelError(ThreadbotError):
