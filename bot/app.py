@@ -34,6 +34,7 @@ from bot.operator_tools import SourcedTool, load_entry_point_tools, load_module_
 from bot.schedule import Scheduler, build_scheduler
 from bot.schedule.firing import Clock
 from bot.store import Store, open_store
+from bot.store.lock import exclusive_database
 from bot.types import EngineOutput, Provider, SessionFilter, TimezoneLookup
 from tools import builtin_tools
 from tools.base import Tool
@@ -136,6 +137,8 @@ async def open_core(
     operator = [*load_module_tools(settings.bot_tool_modules), *load_entry_point_tools()]
     mcp_servers = load_mcp_config(settings.bot_mcp_config) if settings.bot_mcp_config else []
     async with contextlib.AsyncExitStack() as stack:
+        if settings.database_url is None:
+            stack.enter_context(exclusive_database(settings.db_path))  # before recovery orphans anyone's calls
         store = await open_store(settings, replica=cluster.id if cluster is not None else None)
         stack.push_async_callback(store.close)
         if cluster is not None:
