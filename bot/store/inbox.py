@@ -126,7 +126,7 @@ class InboxQueries:
         now = ts(utcnow())
         try:
             async with self._write() as db:
-                for key in keys:
+                for key in sorted(keys):  # one order for every claimer: two replicas never deadlock
                     sql = "INSERT INTO seen_events (key, seen_at) VALUES (?, ?) ON CONFLICT DO NOTHING"
                     if (await db.execute(sql, (key, now))).rowcount == 0:
                         raise _Seen  # rolls the whole claim back: the twin that got here first owns it

@@ -65,6 +65,8 @@ async def connect(dsn: str) -> psycopg.AsyncConnection[Any]:
 
 
 class PostgresStore(ClusterQueries, Store):
+    """The store on a PostgreSQL database shared by replicas; `replica` (if any) fences its writes."""
+
     def __init__(self, pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]], *, replica: str | None) -> None:
         self._pool = pool
         self.replica = replica

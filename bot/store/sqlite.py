@@ -26,6 +26,8 @@ BUSY_TIMEOUT_MS = 5_000
 
 
 class SqliteStore(Store):
+    """The store on one SQLite file: one writer at a time, so it has no replica and needs no fencing."""
+
     def __init__(self, db: aiosqlite.Connection, path: Path) -> None:
         self._conn = db
         self._db = SqliteDb(db)

@@ -95,7 +95,7 @@ class Store(
         now = ts(utcnow())
         new = 0
         async with self._write() as db:
-            for key in keys:
+            for key in sorted(keys):  # one order for every claimer: two replicas never deadlock
                 sql = "INSERT INTO seen_events (key, seen_at) VALUES (?, ?) ON CONFLICT DO NOTHING"
                 cursor = await db.execute(sql, (key, now))
                 new += cursor.rowcount
