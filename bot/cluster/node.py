@@ -8,10 +8,12 @@ ring too: a row in `cluster_rings` and a NOTIFY in one transaction. The NOTIFY m
 the row makes it sure, since the doorbell's backstop replays recent rows a replica has not
 handled (notifications sent while its LISTEN connection was down are gone).
 
-Every `reap_s` each replica tries to reap: a replica whose lease ran out is claimed by exactly
+Every heartbeat each replica tries to reap: a replica whose lease ran out is claimed by exactly
 one live replica, which marks its open calls orphaned (the edge repaints them 👻) and offers
 their threads; procrastinate jobs left `doing` by its worker are failed and offered again, so
-the thread's next turn runs here or elsewhere and resumes from the stored history. Nothing the
+the thread's next turn runs here or elsewhere and resumes from the stored history. What a dead
+or stopped replica still owed Slack (posts, final edits, reminder posts) is adopted by one
+live replica and delivered from there. Nothing the
 dead replica was running is run twice: its calls end orphaned, and the store's fence refuses
 any write it might still attempt.
 """
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from bot.agent.engine import Engine
     from bot.calls.models import ToolCall
     from bot.schedule import Scheduler
+    from bot.store import OwedMessage
     from bot.store.postgres import PostgresStore
 
 log = logging.getLogger(__name__)
@@ -84,6 +87,7 @@ class ClusterNode:
         self._live: Callable[[int], None] | None = None
         self._reaper: asyncio.Task[None] | None = None
         self._injected: Callable[[Ring, list[int]], Awaitable[None]] | None = None
+        self._take_over: Callable[[list[OwedMessage]], None] | None = None
         self._sending: set[asyncio.Future[None]] = set()
 
     @property
@@ -105,9 +109,12 @@ class ClusterNode:
         paint_orphans: OrphanPainter,
         live: Callable[[int], None],
         injected: Callable[[Ring, list[int]], Awaitable[None]],
+        take_over: Callable[[list[OwedMessage]], None],
     ) -> None:
-        """What the edge does for the cluster: repaint orphaned calls, split budgets, ack an injection."""
+        """What the edge does for the cluster: repaint orphaned calls, split budgets, acknowledge an
+        injection, deliver what a gone replica still owed."""
         self._paint_orphans, self._live, self._injected = paint_orphans, live, injected
+        self._take_over = take_over
 
     def on(self, kind: str, handler: Handler) -> None:
         """Handle rings of `kind` (each ring reaches every replica, this one too)."""
@@ -219,6 +226,12 @@ class ClusterNode:
                 await self._paint_orphans(orphans)
             for key in sorted({call.session_key for call in orphans}):
                 await self.jobs.offer(key)
+        posts, reminder_posts = await store.adopt_owed()
+        if posts and self._take_over is not None:
+            log.info("delivering %d Slack posts and edits that gone replicas still owed", len(posts))
+            self._take_over(posts)
+        if reminder_posts and self._scheduler is not None:
+            self._scheduler.take_over(reminder_posts)
         recovered = await self.jobs.recover_stalled(self.settings.lease_s)
         if recovered:
             log.warning("resuming %d threads whose turns stopped with their replica", len(recovered))

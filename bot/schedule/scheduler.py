@@ -42,7 +42,7 @@ from bot.calls.models import utcnow
 from bot.schedule.firing import Clock, Firer, FireReport, Waker
 from bot.schedule.posting import ReminderPoster
 from bot.store import NewReminder, Reminder, ReminderKind, ReminderStatus, Store
-from bot.types import EngineOutput, SessionFilter
+from bot.types import EngineOutput, ReminderPost, SessionFilter
 
 log = logging.getLogger(__name__)
 
@@ -212,6 +212,10 @@ class Scheduler:
                 except Exception:
                     log.exception("fire listener failed for reminder %d", reminder_id)
         return report
+
+    def take_over(self, posts: list[ReminderPost]) -> None:
+        """Deliver reminder posts a gone replica claimed and never saw confirmed."""
+        self._poster.resume(posts)
 
     @property
     def posts_retrying(self) -> int:

@@ -227,8 +227,9 @@ async def _join_cluster(
     me: Identity,
     metrics: Metrics,
 ) -> Ingress:
-    """Cluster mode: no resume at start (the reaper and the thread jobs find what the dead left),
-    the edit budget shared with the live replicas, and the worker started once events can be cancelled."""
+    """Cluster mode: no resume at start (the reaper adopts what gone replicas left, the thread jobs
+    resume their threads), the edit budget shared with the live replicas, and the worker started
+    once events can be cancelled."""
 
     ingress = _ingress(settings, client, core, edge, me, metrics, node)
 
@@ -237,9 +238,7 @@ async def _join_cluster(
         if channel and ts:
             await ingress.router.react(str(channel), str(ts), INJECTION_REACTION)
 
-    node.attach_edge(paint_orphans=edge.repaint, live=edits.share_budget, injected=injected)
-    if await node.replicas.live_count() <= 1:
-        await edge.resume()  # alone: what the outbox still owes is nobody else's to deliver
+    node.attach_edge(paint_orphans=edge.repaint, live=edits.share_budget, injected=injected, take_over=edge.take_over)
     await node.start()
     return ingress
 

@@ -49,7 +49,7 @@ from bot.slack.reply import FIRST_POST_WAIT_S, ReplyStream
 from bot.slack.sessions import Sessions
 from bot.slack.status import StatusBoard, StatusMessage
 from bot.slack.uploads import ANSWER_FILE, UPLOAD_OVER_CHARS, answer_comment, upload
-from bot.store import Store
+from bot.store import OwedMessage, Store
 from bot.types import ReminderOutcome, ReminderPost, TurnOutcome
 from tools.base import SharedFile
 
@@ -98,6 +98,11 @@ class SlackEdge:
         """At start: deliver what a previous process owed Slack (posts through the outbox, final edits queued)."""
         if self._outbox is not None:
             self._edits.resume(await self._outbox.start())
+
+    def take_over(self, owed: list[OwedMessage]) -> None:
+        """Deliver what a gone replica owed Slack, as if this process had owed it."""
+        if self._outbox is not None:
+            self._edits.resume(self._outbox.take(owed))
 
     @property
     def outbox(self) -> Outbox | None:

@@ -16,7 +16,11 @@ from typing import TYPE_CHECKING, Any, LiteralString
 import psycopg
 
 from bot.calls.models import utcnow
+from bot.store.db import PgDb
+from bot.store.outbox import OwedMessage, owed_message
+from bot.store.reminder_posts import reminder_post
 from bot.store.schema import ts
+from bot.types import ReminderPost
 
 # A session owes input and no job of its thread is queued or running: nobody will take it up unless offered.
 _STALE_INBOX = """
@@ -26,6 +30,20 @@ AND NOT EXISTS (
     SELECT 1 FROM procrastinate_jobs AS j
     WHERE j.lock = 'thread:' || i.session_key AND j.status IN ('todo', 'doing')
 )
+"""
+
+
+# Posts owed by replicas that are gone (dead, or stopped before Slack took them) become this replica's.
+_ADOPT_POSTS = """
+UPDATE outbox SET replica = ?
+WHERE replica IN (SELECT id FROM replicas WHERE state IN ('dead', 'stopped'))
+RETURNING *
+"""
+_ADOPT_REMINDER_POSTS = """
+UPDATE reminder_posts AS p SET replica = ? FROM reminders AS r
+WHERE r.id = p.reminder_id AND p.state = 'owed'
+AND p.replica IN (SELECT id FROM replicas WHERE state IN ('dead', 'stopped'))
+RETURNING p.reminder_id, p.due_at, r.session_key, p.text, r.requester, p.claimed_at
 """
 
 
@@ -39,6 +57,8 @@ class RingRecord:
 
 class ClusterQueries:
     """The rings' log, and the backstop's question: which owed input has no job to take it up?"""
+
+    replica: str | None
 
     if TYPE_CHECKING:
 
@@ -67,6 +87,15 @@ class ClusterQueries:
         async with self.transaction() as conn:
             sql: LiteralString = "DELETE FROM cluster_rings WHERE at < now() - make_interval(secs => %s)"
             await conn.execute(sql, (older_than_s,))
+
+    async def adopt_owed(self) -> tuple[list[OwedMessage], list[ReminderPost]]:
+        """Take over what gone replicas still owe Slack (posts, final edits, reminder posts); each row is
+        adopted by one replica only (the UPDATE locks it), which then delivers it."""
+        async with self.transaction() as conn:
+            db = PgDb(conn)
+            posts = await db.fetch(_ADOPT_POSTS, self.replica)
+            reminders = await db.fetch(_ADOPT_REMINDER_POSTS, self.replica)
+        return [owed_message(row) for row in posts], [reminder_post(row) for row in reminders]
 
     async def stale_inbox_sessions(self, older_than_s: float) -> list[str]:
         """Sessions owing input claimed over `older_than_s` ago with no job of their thread to take it up."""

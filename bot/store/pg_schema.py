@@ -125,6 +125,7 @@ CREATE TABLE reminder_posts (
     attempts     INTEGER NOT NULL DEFAULT 0,
     state        TEXT NOT NULL DEFAULT 'owed' CHECK (state IN ('owed', 'posted', 'abandoned')),
     settled_at   TEXT,
+    replica      TEXT,
     PRIMARY KEY (reminder_id, due_at)
 );
 CREATE INDEX reminder_posts_by_state ON reminder_posts(state, claimed_at);
@@ -164,7 +165,8 @@ CREATE TABLE outbox (
     text         TEXT NOT NULL,
     blocks       TEXT,
     metadata     TEXT,
-    created_at   TEXT NOT NULL
+    created_at   TEXT NOT NULL,
+    replica      TEXT
 );
 CREATE UNIQUE INDEX outbox_edit_per_message ON outbox(channel, ts) WHERE ts IS NOT NULL;
 

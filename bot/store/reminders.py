@@ -97,18 +97,20 @@ def _reminder(row: Row) -> Reminder:
     )
 
 
-async def _owe(db: Db, reminder: Reminder, run: datetime, owed: str | None) -> Reminder:
+async def _owe(db: Db, reminder: Reminder, run: datetime, owed: str | None, replica: str | None) -> Reminder:
     """Inside a claim: write what it promises (a reminder's post, a wait's note for its session)."""
     if owed is None:
         return reminder
     if reminder.kind is ReminderKind.WAKE:
         return replace(reminder, inbox_id=await insert_inbox(db, reminder.session_key, owed))
-    await insert_post(db, reminder.id, run, owed)
+    await insert_post(db, reminder.id, run, owed, replica)
     return reminder
 
 
 class ReminderQueries:
     """The reminder half of `Store`'s interface."""
+
+    replica: str | None
 
     if TYPE_CHECKING:
 
@@ -175,7 +177,7 @@ class ReminderQueries:
         )
         async with self._write() as db:
             rows = await db.fetch(sql, outcome.value, fired_at, reminder_id, ts(due_at))
-            return await _owe(db, _reminder(rows[0]), due_at, owed) if rows else None
+            return await _owe(db, _reminder(rows[0]), due_at, owed, self.replica) if rows else None
 
     async def advance_reminder(
         self,
@@ -198,7 +200,7 @@ class ReminderQueries:
         )
         async with self._write() as db:
             rows = await db.fetch(sql, ts(next_due_at), ts_or_none(fired_at), reminder_id, ts(due_at))
-            return await _owe(db, _reminder(rows[0]), run or due_at, owed) if rows else None
+            return await _owe(db, _reminder(rows[0]), run or due_at, owed, self.replica) if rows else None
 
     async def end_cron_reminder(
         self,
@@ -224,7 +226,7 @@ class ReminderQueries:
         )
         async with self._write() as db:
             rows = await db.fetch(sql, outcome.value, fired_at, reminder_id, ts(due_at))
-            return await _owe(db, _reminder(rows[0]), run or due_at, owed) if rows else None
+            return await _owe(db, _reminder(rows[0]), run or due_at, owed, self.replica) if rows else None
 
     async def cancel_reminder(self, reminder_id: int, *, session_key: str) -> Reminder | None:
         """Cancel a pending reminder of this session; None if there is none (another session's counts as none)."""
