@@ -167,3 +167,40 @@ async def test_rolling_sigterm_of_every_replica_under_load_loses_no_acked_messag
     for channel, ts, words in sent:
         await wait_text(rig.slack, channel, ts, f"re: {words}")
         assert len([m for m in rig.slack.posts_in_thread(channel, ts) if m.text == f"re: {words}"]) == 1
+
+
+async def call_status(rig: Cluster, call_id: str) -> str:
+    [(status,)] = await rig.query("SELECT status FROM tool_calls WHERE id = %s", call_id)
+    return str(status)
+
+
+async def test_a_reply_a_reaction_and_a_button_reach_the_turn_through_a_replica_that_does_not_run_it(
+    rig: Cluster,
+) -> None:
+    [owner] = await rig.start(1)  # alone: it runs both threads' turns
+    first, second = tool_use("sleep_for", {"seconds": 120}), tool_use("sleep_for", {"seconds": 120})
+    rig.script.add("watch one", Reply.tools(first), Reply.text_only("Noted the extra."))
+    rig.script.add("watch two", Reply.tools(second), Reply.text_only("Stopped."))
+    one, two = await mention(rig.slack, "C1", "watch one"), await mention(rig.slack, "C2", "watch two")
+    status_one = await wait_status(rig.slack, "C1", one["ts"])
+    status_two = await wait_status(rig.slack, "C2", two["ts"])
+    await rig.start(2)  # the fake routes to the newest connection: from now on, never the owner's
+
+    note = await reply(rig.slack, "C1", one["ts"], "also check the logs")
+    await wait_text(rig.slack, "C1", one["ts"], "Noted the extra.")
+    [_, noted] = [r for r in rig.model.requests if "watch one" in user_texts(r)[0]]
+    assert user_texts(noted)[-1] == "[mid-turn user note] also check the logs"
+    seen = await rig.slack.wait_for(lambda: rig.slack.reactions_on("C1", note["ts"]), WAIT_S, "the 👀 on the note")
+    assert list(seen) == ["eyes"]
+
+    await rig.slack.send_event(rig.slack.reaction_added("U1", "x", "C1", status_one.ts))
+    await rig.wait_db(lambda: _is(rig, first["id"], "cancelled"), "the reaction's cancel")
+    click = rig.slack.block_action("C2", status_two.ts, "cancel_call", second["id"])
+    await rig.slack.wait_ack(await rig.slack.send_interactive(click))
+    await rig.wait_db(lambda: _is(rig, second["id"], "cancelled"), "the button's cancel")
+    await wait_text(rig.slack, "C2", two["ts"], "Stopped.")
+    assert owner.process is not None and owner.process.returncode is None  # the owner cancelled them, still up
+
+
+async def _is(rig: Cluster, call_id: str, status: str) -> bool:
+    return await call_status(rig, call_id) == status
