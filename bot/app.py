@@ -159,8 +159,8 @@ async def open_core(
             default_timeout_s=settings.bot_tool_timeout_s,
             zone=settings.zone,
         )
-        # A replica starts with a lease of its own: the calls of dead replicas are the reaper's, not its.
-        orphans = await registry.recover(replicas=[] if cluster is not None else None)
+        # On PostgreSQL every open call may be a live replica's: only the reaper orphans, and only a dead one's.
+        orphans = await registry.recover(replicas=[] if settings.database_url is not None else None)
         registry.subscribe(output.call_changed)
         toolbox = Toolbox(fixed_tools(settings, registry, operator))
         mcp = None
