@@ -193,8 +193,10 @@ async def test_a_reply_a_reaction_and_a_button_reach_the_turn_through_a_replica_
     seen = await rig.slack.wait_for(lambda: rig.slack.reactions_on("C1", note["ts"]), WAIT_S, "the 👀 on the note")
     assert list(seen) == ["eyes"]
 
+    await rig.slack.send_event(rig.slack.reaction_added("U2", "x", "C1", status_one.ts))  # not theirs to cancel
     await rig.slack.send_event(rig.slack.reaction_added("U1", "x", "C1", status_one.ts))
     await rig.wait_db(lambda: _is(rig, first["id"], "cancelled"), "the reaction's cancel")
+    assert await rig.query("SELECT cancelled_by FROM tool_calls WHERE id = %s", first["id"]) == [("U1",)]
     click = rig.slack.block_action("C2", status_two.ts, "cancel_call", second["id"])
     await rig.slack.wait_ack(await rig.slack.send_interactive(click))
     await rig.wait_db(lambda: _is(rig, second["id"], "cancelled"), "the button's cancel")

@@ -50,7 +50,7 @@ class ThreadJobs:
         worker_name: str,
         heartbeat_s: float = 2.0,
         poll_s: float = 5.0,
-        pool_max: int = 10,
+        pool_max: int = 5,
         connect_timeout_s: int = 5,
     ) -> None:
         self._run = run

@@ -109,7 +109,7 @@ class Canceller:
         await self._engine.cancel_turn(str(body["session_key"]), by=str(body["by"]))
 
     async def _permitted(self, user: str, session_key: str) -> bool:
-        requesters = await self._edge.requesters(session_key)
+        requesters = await self._edge.requesters(session_key, from_store=self._forward is not None)
         ok = may_cancel(user, requesters=requesters, allowed_users=self._settings.bot_allowed_users)
         if not ok:
             log.info("ignoring a cancel by %s in %s: not the requester nor an allowed user", user, session_key)

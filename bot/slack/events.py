@@ -160,7 +160,7 @@ class MessageRouter:
 
     async def _stop(self, session_key: str, incoming: Incoming) -> None:
         """`stop` / `cancel` as the whole reply: cancel the turn and every call, bypassing the queue."""
-        requesters = await self._edge.requesters(session_key)
+        requesters = await self._edge.requesters(session_key, from_store=self._cancel_elsewhere is not None)
         if not may_cancel(incoming.user, requesters=requesters, allowed_users=self._settings.bot_allowed_users):
             self._edge.notice(session_key, "Only the person who asked (or an allowed user) can stop this.")
             return

@@ -308,8 +308,8 @@ class SlackEdge:
     def request_session(self, channel: str, ts: str) -> str | None:
         return self._sessions.request_session(channel, ts)
 
-    async def requesters(self, key: str) -> set[str]:
-        return await self._sessions.requesters(key)
+    async def requesters(self, key: str, *, from_store: bool = False) -> set[str]:
+        return await self._sessions.requesters(key, from_store=from_store)
 
     async def user_timezone(self, key: str) -> str | None:
         return await self._sessions.user_timezone(key)

@@ -144,8 +144,15 @@ class Sessions:
     def request_session(self, channel: str, ts: str) -> str | None:
         return self._requests.get((channel, ts))
 
-    async def requesters(self, key: str) -> set[str]:
-        """Who may cancel in this session as its requester: whoever started it and whoever started this turn."""
+    async def requesters(self, key: str, *, from_store: bool = False) -> set[str]:
+        """Who may cancel in this session as its requester: whoever started it and whoever started this turn.
+
+        `from_store` (a cluster, where the turn may have started on another replica) reads the session
+        afresh and takes its latest speaker, stored with what they said, as the turn's requester."""
+        if from_store and self._store is not None:
+            record = await self._store.get_session(key)
+            address = Address.parse(record.address, self._team_id) if record else None
+            return {user for user in (address.requester, address.speaker) if user} if address else set()
         state = self.get(key)
         address = await self.address(key)
         return {user for user in (state.turn_requester, address.requester if address else None) if user}

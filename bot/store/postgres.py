@@ -33,7 +33,7 @@ from bot.store.pg_schema import has_jobs_schema, migrate
 from bot.store.store import Store
 
 CONNECT_TIMEOUT_S = 10
-POOL_MAX_SIZE = 10
+POOL_MAX_SIZE = 5
 CONNECTION_KWARGS: dict[str, Any] = {
     "autocommit": True,  # a transaction is opened explicitly, by `transaction()`
     "connect_timeout": CONNECT_TIMEOUT_S,
