@@ -18,7 +18,7 @@ import anthropic
 
 from bot.agent.compaction import Compactor
 from bot.agent.context import ContextSettings
-from bot.agent.engine import CANCEL_WAIT_S, Engine
+from bot.agent.engine import Engine
 from bot.agent.prompt import system_prompt
 from bot.agent.toolbox import Toolbox
 from bot.agent.turn import TurnRunner, TurnSettings
@@ -240,7 +240,7 @@ async def open_core(
 async def _hand_over(cluster: ClusterNode, engine: Engine, registry: CallRegistry) -> None:
     """A replica's exit: take no more turns, let running ones finish for a grace period, then offer
     the threads cut short to the other replicas (their input is still owed in the store)."""
-    worker = asyncio.create_task(cluster.stop_jobs(grace_s=2 * SHUTDOWN_GRACE_S + CANCEL_WAIT_S))
+    worker = asyncio.create_task(cluster.stop_jobs())
     cut_short = await engine.shutdown(grace_s=SHUTDOWN_GRACE_S)
     await registry.shutdown(grace_s=SHUTDOWN_GRACE_S)
     await worker

@@ -1,5 +1,5 @@
 """ThreadJobs against a real PostgreSQL: one turn per thread across replicas, deferral in a caller's
-transaction, stalled-job recovery past the queueing-lock trap, and hand-over at stop."""
+transaction, stalled-job recovery past the queueing-lock trap, and a stop that waits for the running turns."""
 
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ class Turns:
         self.release = asyncio.Event()
         self._changed = asyncio.Condition()
 
-    async def run(self, key: str) -> None:
+    async def run(self, session_key: str) -> None:
+        key = session_key
         self.active[key] += 1
         self.max_active[key] = max(self.max_active[key], self.active[key])
         async with self._changed:
@@ -65,8 +66,8 @@ async def replicas(dsn: str) -> AsyncIterator[tuple[Turns, ThreadJobs, ThreadJob
             yield turns, a, b
         finally:
             turns.release.set()
-            await a.stop(grace_s=5)
-            await b.stop(grace_s=5)
+            await a.stop()
+            await b.stop()
 
 
 async def job_states(dsn: str) -> list[tuple[str, str]]:
@@ -153,7 +154,7 @@ async def test_recover_stalled_past_the_retry_job_trap(dsn: str) -> None:
         await jobs.start(concurrency=2)
         turns.release.set()
         await turns.until(lambda s: s == ["k"])  # the twin runs now that the lock is free
-        await jobs.stop(grace_s=5)
+        await jobs.stop()
 
 
 async def test_recover_stalled_without_a_twin_defers_a_fresh_job_once_across_racers(dsn: str) -> None:
@@ -181,11 +182,17 @@ async def test_a_live_worker_is_not_stalled(replicas: tuple[Turns, ThreadJobs, T
     assert await a.recover_stalled(seconds_since_heartbeat=5) == []
 
 
-async def test_stop_hands_unfinished_turns_on(dsn: str) -> None:
+async def test_stop_takes_no_new_turns_and_waits_for_the_running_one(dsn: str) -> None:
     turns = Turns()
-    async with ThreadJobs(dsn=dsn, run=turns.run, worker_name="a") as jobs:
+    async with ThreadJobs(dsn=dsn, run=turns.run, worker_name="a", poll_s=0.1) as jobs:
         await jobs.start(concurrency=2)
         await jobs.offer("k")
         await turns.until(lambda s: s == ["k"])
-        assert await jobs.stop(grace_s=0.1) == ["k"]
-    assert await job_states(dsn) == [("k", "aborted"), ("k", "todo")]
+        stopping = asyncio.create_task(jobs.stop())
+        await asyncio.sleep(0)  # stop() has told the worker: from here on it fetches nothing
+        await jobs.offer("other")
+        assert not stopping.done()
+        turns.release.set()
+        await stopping
+    assert turns.started == ["k"]
+    assert await job_states(dsn) == [("k", "succeeded"), ("other", "todo")]

@@ -48,8 +48,8 @@ class Delivery(StrEnum):
 class TurnHost(Protocol):
     """Where a session's next turn runs when none runs here: in a cluster, wherever its job lands."""
 
-    async def offer(self, session_key: str, ref: dict[str, str] | None = None) -> None:
-        """Have the session's job run; `ref` is the edge's handle on the input (to acknowledge it)."""
+    async def offer(self, session_key: str) -> None:
+        """Have the session's job run, here or on another replica; done when that is durable."""
 
 
 MAX_TURNS_PER_JOB = 20
@@ -130,32 +130,20 @@ class Engine:
         )
         return Delivery.STARTED
 
-    async def deliver(
-        self,
-        session_key: str,
-        content: str | list[dict[str, JSON]],
-        *,
-        inbox_id: int,
-        requester: str | None = None,
-        ref: dict[str, str] | None = None,
-    ) -> Delivery:
-        """`submit` for stored input, done when the delivery is durable: in a cluster the session's job
-        is committed before this returns (an edge acks only then). `ref` goes to the host with it."""
-        if self._host is None or self.is_busy(session_key) or not self._accepting:
-            return self.submit(session_key, content, inbox_id=inbox_id, requester=requester)
-        await self._host.offer(session_key, ref)
-        return Delivery.QUEUED
-
     async def run_thread(self, session_key: str) -> None:
         """A cluster's per-thread job: what the store owes the session becomes turns here, one at a time,
         until nothing is owed (or the process stops taking work). Its job's lock keeps every other
         replica from running a turn of this session meanwhile."""
         for _ in range(MAX_TURNS_PER_JOB):
-            if not self._accepting or self.is_busy(session_key) or not await self._start_owed(session_key):
+            if not self._accepting or self.is_busy(session_key):
+                break
+            # Notes a turn left in memory (after its last drain, or held back by its fuse) are rows still
+            # owed in the store: the next turn reads them from there, so they must not linger here too.
+            self._sessions.pop(session_key, None)
+            if not await self._start_owed(session_key):
                 break
             await self.wait_turn(session_key)
         if not self.is_busy(session_key):
-            # What the last turn's fuse held back is still owed in the store: the next job reads it from there.
             self._sessions.pop(session_key, None)
 
     async def take_inputs(self, session_key: str) -> list[int]:
@@ -163,11 +151,9 @@ class Engine:
         injections; the inbox ids taken (none when no turn runs here)."""
         if not self.is_busy(session_key):
             return []
-        session = self._session(session_key)
         taken = []
         for item in await self._store.session_inbox(session_key):
-            if item.pending and item.id not in session.taken and self.is_busy(session_key):
-                self._inject(session_key, item.content, item.id)
+            if item.pending and self.is_busy(session_key) and self._inject(session_key, item.content, item.id):
                 taken.append(item.id)
         return taken
 
@@ -295,16 +281,25 @@ class Engine:
             self._output.notice(key, RESTART_NOTICE)
         self._session(key).taken.update(item.id for item in pending)
         blocks = [block for item in pending for block in item.content]
-        self._start(key, blocks, inbox_ids=[item.id for item in pending], resumed=restarted or interrupted)
+        requester = pending[0].requester if pending else None
+        self._start(
+            key,
+            blocks,
+            inbox_ids=[item.id for item in pending],
+            resumed=restarted or interrupted,
+            requester=requester,
+        )
         return True
 
-    def _inject(self, session_key: str, content: str | list[dict[str, JSON]], inbox_id: int | None) -> None:
+    def _inject(self, session_key: str, content: str | list[dict[str, JSON]], inbox_id: int | None) -> bool:
+        """Queue a note for the running turn; False when its inbox row is in this session's turns already."""
         session = self._session(session_key)
         if inbox_id is not None:
             if inbox_id in session.taken:
-                return
+                return False
             session.taken.add(inbox_id)
         session.injections.put(content, inbox_id)
+        return True
 
     def _offer_soon(self, session_key: str) -> None:
         assert self._host is not None

@@ -53,7 +53,6 @@ class ThreadJobs:
         pool_max: int = 5,
         connect_timeout_s: int = 5,
     ) -> None:
-        self._run = run
         self._worker_name = worker_name
         self._heartbeat_s = heartbeat_s
         self._poll_s = poll_s
@@ -61,11 +60,9 @@ class ThreadJobs:
             conninfo=dsn, kwargs=connection_kwargs(connect_timeout_s), min_size=1, max_size=pool_max
         )
         self._app = procrastinate.App(connector=self._connector)
-        self._task = self._app.task(name=TASK_NAME, pass_context=False)(self._turn)
+        self._task = self._app.task(name=TASK_NAME, pass_context=False)(run)
         self._worker: Worker | None = None
         self._worker_task: asyncio.Task[None] | None = None
-        self._interrupted: set[str] = set()
-        self._stopping = False
 
     async def open(self) -> None:
         """Open the connection pool; offers and recovery need it, the worker too."""
@@ -118,28 +115,15 @@ class ThreadJobs:
         run = self._worker.run()  # type: ignore[no-untyped-call]
         self._worker_task = asyncio.create_task(run, name=f"worker {self._worker_name}")
 
-    async def stop(self, grace_s: float) -> list[str]:
-        """Stop taking jobs, give running turns `grace_s`, then cancel them and hand their threads on.
-
-        Returns the session keys whose turns were cut short; each got a fresh job, so another
-        replica (or this one after a restart) resumes the thread.
-        """
+    async def stop(self) -> None:
+        """Stop taking jobs and wait for the running ones: the engine ends their turns (a grace period,
+        then a cancel), and hands what they leave owed to the other replicas."""
         worker, task = self._worker, self._worker_task
         if worker is None or task is None:
-            return []
+            return
         self._worker = self._worker_task = None
-        # The worker reads its graceful timeout only when it shuts down, so it can be set here.
-        worker.shutdown_graceful_timeout = grace_s
-        self._stopping = True
         worker.stop()  # type: ignore[no-untyped-call]
-        try:
-            await task
-        finally:
-            self._stopping = False
-        handed, self._interrupted = sorted(self._interrupted), set()
-        for key in handed:
-            await self.offer(key)
-        return handed
+        await task
 
     async def recover_stalled(self, seconds_since_heartbeat: float) -> list[str]:
         """Fail the jobs of workers silent for `seconds_since_heartbeat` and re-offer their threads.
@@ -165,11 +149,3 @@ class ThreadJobs:
                 await self.offer(key, conn)
             recovered.append(key)
         return recovered
-
-    async def _turn(self, session_key: str) -> None:
-        try:
-            await self._run(session_key)
-        except asyncio.CancelledError:
-            if self._stopping:
-                self._interrupted.add(session_key)
-            raise

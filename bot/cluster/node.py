@@ -28,6 +28,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import psycopg
+
 from bot.cluster.doorbell import Doorbell, Ring
 from bot.cluster.jobs import ThreadJobs
 from bot.cluster.replicas import Replicas
@@ -45,6 +47,8 @@ log = logging.getLogger(__name__)
 REPLAY_S = 60.0
 """How far back the backstop looks for rings: well past any reconnect, short enough to stay cheap."""
 KEEP_RINGS_S = 600.0
+KEEP_REPLICAS_S = 7 * 24 * 3600.0
+"""Gone replicas that owe nothing are forgotten after a week (their rows name who ran old calls)."""
 REMEMBER_RINGS = 10_000
 
 Handler = Callable[[Ring], Awaitable[None]]
@@ -126,11 +130,12 @@ class ClusterNode:
         await self.jobs.start(concurrency=self.settings.concurrency)
         self._reaper = asyncio.create_task(self._reap_forever(), name=f"reaper {self.id}")
 
-    async def stop_jobs(self, grace_s: float) -> None:
-        """Take no new turns; the turns running here get `grace_s` (the engine ends them meanwhile)."""
+    async def stop_jobs(self) -> None:
+        """Take no new turns, and wait for the running ones (the engine ends them meanwhile)."""
+        stopping = asyncio.ensure_future(self.jobs.stop())  # first: the worker fetches nothing from here on
         with contextlib.suppress(Exception):
             await self.replicas.mark_stopping()
-        await self.jobs.stop(grace_s)
+        await stopping
 
     async def close(self) -> None:
         """Give the lease back (nobody needs to reap a replica that said goodbye) and disconnect."""
@@ -147,17 +152,26 @@ class ClusterNode:
 
     # -- the engine's TurnHost ------------------------------------------------------------
 
-    async def offer(self, session_key: str, ref: dict[str, str] | None = None) -> None:
+    async def offer(self, session_key: str) -> None:
         """The thread has input: its job is committed (or already queued) when this returns."""
-        await self.jobs.offer(session_key)
-        await self.ring("input", session_key, **(ref or {}))
+        async with self._require_store().transaction() as conn:
+            await self.offer_in(conn, session_key)
+
+    async def offer_in(
+        self, conn: psycopg.AsyncConnection[Any], session_key: str, ref: dict[str, str] | None = None
+    ) -> None:
+        """`offer` inside the caller's transaction: the job and the ring commit with the input they are for."""
+        await self.jobs.offer(session_key, conn)
+        await self._ring_in(conn, "input", session_key, ref or {})
 
     async def ring(self, kind: str, key: str, **extra: Any) -> None:
         """Tell every replica (this one too): the row first, then the NOTIFY, in one transaction."""
-        store = self._require_store()
-        async with store.transaction() as conn:
-            ring_id = await store.add_ring(conn, kind, key, extra)
-            await self.doorbell.ring(kind, key, conn, id=ring_id, **extra)
+        async with self._require_store().transaction() as conn:
+            await self._ring_in(conn, kind, key, extra)
+
+    async def _ring_in(self, conn: psycopg.AsyncConnection[Any], kind: str, key: str, extra: dict[str, Any]) -> None:
+        ring_id = await self._require_store().add_ring(conn, kind, key, extra)
+        await self.doorbell.ring(kind, key, conn, id=ring_id, **extra)
 
     # -- what arrives ---------------------------------------------------------------------
 
@@ -208,7 +222,7 @@ class ClusterNode:
     # -- the dead -------------------------------------------------------------------------
 
     async def _reap_forever(self) -> None:
-        while True:
+        while not self.lost.is_set():  # a replica without a lease has no say over the others
             try:
                 await self.reap()
             except Exception:
@@ -216,16 +230,18 @@ class ClusterNode:
             await asyncio.sleep(self.settings.heartbeat_s)
 
     async def reap(self) -> None:
-        """Claim replicas whose lease ran out, orphan their calls, and offer their threads elsewhere."""
+        """Claim replicas whose lease ran out, orphan their calls, offer their threads elsewhere, and
+        deliver what gone replicas still owed Slack."""
         store = self._require_store()
         dead = await self.replicas.reap(self.settings.lease_s)
         if dead:
             log.warning("replicas %s stopped heartbeating; taking over their threads", ", ".join(dead))
-            orphans = await store.orphan_open_calls(dead)
-            if orphans and self._paint_orphans is not None:
-                await self._paint_orphans(orphans)
-            for key in sorted({call.session_key for call in orphans}):
-                await self.jobs.offer(key)
+        # Every dead replica's, not only those claimed just now: a reap that failed halfway is finished here.
+        orphans = await store.orphan_dead_calls()
+        if orphans and self._paint_orphans is not None:
+            await self._paint_orphans(orphans)
+        for key in sorted({call.session_key for call in orphans}):
+            await self.jobs.offer(key)
         posts, reminder_posts = await store.adopt_owed()
         if posts and self._take_over is not None:
             log.info("delivering %d Slack posts and edits that gone replicas still owed", len(posts))
@@ -238,6 +254,7 @@ class ClusterNode:
         if self._live is not None:
             self._live(await self.replicas.live_count())
         await store.prune_rings(KEEP_RINGS_S)
+        await store.prune_replicas(KEEP_REPLICAS_S)
 
     async def _on_lost(self) -> None:
         log.error("replica %s lost its lease (the database is unreachable, or others declared it dead)", self.id)

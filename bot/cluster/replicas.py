@@ -54,6 +54,7 @@ class Replicas:
         self._host, self._pid = host, pid
         self.id = new_replica_id(host, pid)
         self._link = Link(dsn)
+        self._beat_link = Link(dsn)  # its own: a timed-out heartbeat closes it, and must not fail a reap
         self._beating: asyncio.Task[None] | None = None
 
     async def register(self) -> str:
@@ -66,7 +67,7 @@ class Replicas:
 
     async def heartbeat(self) -> bool:
         """Renew the lease once; False when the row is no longer ours to renew (reaped or stopped)."""
-        rows = await self._link.execute(
+        rows = await self._beat_link.execute(
             "UPDATE replicas SET heartbeat_at = now() WHERE id = %s AND state IN ('alive', 'stopping') RETURNING id",
             (self.id,),
         )
@@ -84,15 +85,18 @@ class Replicas:
         )
 
     async def close(self) -> None:
-        """Stop renewing (without marking the row) and close the connection."""
+        """Stop renewing (without marking the row) and close the connections."""
         await self._stop_beating()
         await self._link.close()
+        await self._beat_link.close()
 
     async def reap(self, lease_s: float) -> list[str]:
         """Claim the replicas whose lease ran out; each is returned to exactly one caller cluster-wide."""
         rows = await self._link.execute(
-            "UPDATE replicas SET state = 'dead' WHERE state IN ('alive', 'stopping')"
-            " AND heartbeat_at < now() - make_interval(secs => %s) RETURNING id",
+            # FOR UPDATE waits for the fenced writes still in flight (they hold the row FOR KEY SHARE).
+            "UPDATE replicas SET state = 'dead' WHERE id IN (SELECT id FROM replicas"
+            " WHERE state IN ('alive', 'stopping') AND heartbeat_at < now() - make_interval(secs => %s) FOR UPDATE)"
+            " RETURNING id",
             (lease_s,),
         )
         return sorted(str(row[0]) for row in rows)
@@ -113,10 +117,10 @@ class Replicas:
             await asyncio.sleep(self._interval_s)
             sent = time.monotonic()
             try:
-                async with asyncio.timeout(self._interval_s):
+                async with asyncio.timeout(self._lease_s / 2):
                     ours = await self.heartbeat()
             except (psycopg.Error, TimeoutError) as exc:
-                await self._link.close()
+                await self._beat_link.close()
                 if time.monotonic() - renewed <= self._lease_s:
                     log.warning("replica %s heartbeat failed (%r); retrying", self.id, exc)
                     continue

@@ -7,10 +7,12 @@ current turn's) and users listed in `BOT_ALLOWED_USERS` may cancel; anyone else 
 ignored (a button press gets a private explanation). The status message then shows
 who cancelled, through the normal call_changed path.
 
-In a cluster the status message, the turn or the call may live on another replica.
-What this process does not hold is `forward`ed: every replica gets it (a ring) and
-the one that holds it checks the permission and cancels, as if Slack had sent it
-there. A turn's cancel goes to every replica, since its calls may run on several.
+In a cluster the status message, the turn or the call may live on another replica,
+so every cancel is `forward`ed: written to the database and rung to every replica
+(this one too) before Slack gets its ack, and the replica that holds the message,
+the turn or the call checks the permission (from the database) and cancels, as if
+Slack had sent it there. A turn's cancel reaches every replica, since its calls
+may run on several.
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ class Canceller:
         return event.get("reaction") in self._settings.bot_cancel_reactions and item.get("type") == "message"
 
     async def on_reaction(self, body: dict[str, Any], *, forwarded: bool = False) -> None:
+        if self._forward is not None and not forwarded:
+            await self._forward("reaction", body)  # durable first; every replica (this one too) looks at it
+            return
         event = body.get("event") or {}
         user, item = str(event.get("user") or ""), event.get("item") or {}
         channel, ts = str(item.get("channel") or ""), str(item.get("ts") or "")
@@ -77,19 +82,16 @@ class Canceller:
         if session_key is not None and await self._permitted(user, session_key):
             self._metrics.inc("cancels_total")
             await self.cancel_turn(session_key, by=user)
-        elif session_key is None and self._forward is not None and not forwarded:
-            await self._forward("reaction", body)
 
     async def on_button(self, body: dict[str, Any], *, forwarded: bool = False) -> None:
+        if self._forward is not None and not forwarded:
+            await self._forward("button", body)  # the replica running the call decides
+            return
         user = str((body.get("user") or {}).get("id") or "")
         for action in body.get("actions") or []:
             call_id = str(action.get("value") or "")
             call = await self._registry.find(call_id) if call_id else None
-            if call is None or call.is_final:
-                continue
-            if self._forward is not None and self._registry.get(call_id) is None:
-                if not forwarded:  # running on another replica: the one that runs it decides
-                    await self._forward("button", body)
+            if call is None or call.is_final or (forwarded and self._registry.get(call_id) is None):
                 continue
             if not await self._permitted(user, call.session_key):
                 await self._explain(body, user)

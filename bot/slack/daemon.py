@@ -29,7 +29,7 @@ from bot.schedule.heartbeat import HEARTBEAT_SESSION_PREFIX
 from bot.slack.app import Identity, Ingress, build_app, build_client, check_app_token, identify, slack_http_session
 from bot.slack.cancel import Canceller
 from bot.slack.edits import EditScheduler
-from bot.slack.events import INJECTION_REACTION, MessageRouter
+from bot.slack.events import INJECTION_REACTION, ClusterHooks, MessageRouter
 from bot.slack.filters import SESSION_PREFIX
 from bot.slack.health import SocketHealth, daemon_health
 from bot.slack.journal import FinalJournal
@@ -208,7 +208,7 @@ def _ingress(
         settings=settings,
         bot_user_id=me.user_id,
         metrics=metrics,
-        cancel_elsewhere=(lambda key, by: canceller.cancel_turn(key, by=by)) if node is not None else None,
+        cluster=ClusterHooks(node.offer_in, lambda key, by: canceller.cancel_turn(key, by=by)) if node else None,
     )
     if node is not None:
         node.on("reaction", lambda ring: canceller.on_reaction(ring.extra["body"], forwarded=True))

@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING, Any, LiteralString
 
 import psycopg
 
-from bot.calls.models import utcnow
+from bot.calls.models import ToolCall, utcnow
+from bot.store.calls import ORPHANED_ERROR
 from bot.store.db import PgDb
 from bot.store.outbox import OwedMessage, owed_message
 from bot.store.reminder_posts import reminder_post
-from bot.store.schema import ts
+from bot.store.schema import CALL_COLUMNS, call_from_row, ts
 from bot.types import ReminderPost
 
 # A session owes input and no job of its thread is queued or running: nobody will take it up unless offered.
@@ -44,6 +45,20 @@ UPDATE reminder_posts AS p SET replica = ? FROM reminders AS r
 WHERE r.id = p.reminder_id AND p.state = 'owed'
 AND p.replica IN (SELECT id FROM replicas WHERE state IN ('dead', 'stopped'))
 RETURNING p.reminder_id, p.due_at, r.session_key, p.text, r.requester, p.claimed_at
+"""
+
+
+# Every open call of a replica declared dead: asked on every reap, so a reap that failed halfway is finished.
+_ORPHAN_DEAD = f"""
+UPDATE tool_calls SET status = 'orphaned', completed_at = ?, error = ?
+WHERE status IN ('pending', 'running') AND replica IN (SELECT id FROM replicas WHERE state = 'dead')
+RETURNING {", ".join(CALL_COLUMNS)}
+"""
+_PRUNE_REPLICAS = """
+DELETE FROM replicas WHERE state IN ('dead', 'stopped') AND heartbeat_at < now() - make_interval(secs => ?)
+AND NOT EXISTS (SELECT 1 FROM tool_calls WHERE replica = replicas.id AND status IN ('pending', 'running'))
+AND NOT EXISTS (SELECT 1 FROM outbox WHERE replica = replicas.id)
+AND NOT EXISTS (SELECT 1 FROM reminder_posts WHERE replica = replicas.id AND state = 'owed')
 """
 
 
@@ -96,6 +111,17 @@ class ClusterQueries:
             posts = await db.fetch(_ADOPT_POSTS, self.replica)
             reminders = await db.fetch(_ADOPT_REMINDER_POSTS, self.replica)
         return [owed_message(row) for row in posts], [reminder_post(row) for row in reminders]
+
+    async def orphan_dead_calls(self) -> list[ToolCall]:
+        """Open calls of replicas declared dead become `orphaned`; returns them, oldest first."""
+        async with self.transaction() as conn:
+            rows = await PgDb(conn).fetch(_ORPHAN_DEAD, ts(utcnow()), ORPHANED_ERROR)
+        return sorted((call_from_row(row) for row in rows), key=lambda call: call.created_at)
+
+    async def prune_replicas(self, older_than_s: float) -> None:
+        """Forget gone replicas that owe nothing any more (every start makes a new one)."""
+        async with self.transaction() as conn:
+            await PgDb(conn).execute(_PRUNE_REPLICAS, (older_than_s,))
 
     async def stale_inbox_sessions(self, older_than_s: float) -> list[str]:
         """Sessions owing input claimed over `older_than_s` ago with no job of their thread to take it up."""

@@ -29,7 +29,7 @@ from bot.calls.models import utcnow
 from bot.store.db import Db, Row, TxHook
 from bot.store.schema import dumps, ts
 
-_COLUMNS = "id, session_key, text, blocks, claimed_at, turn_id, resumes"
+_COLUMNS = "id, session_key, text, blocks, claimed_at, turn_id, resumes, requester"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +45,8 @@ class InboxItem:
     """How many starts have resumed it already (a message that kills the process must not do so forever)."""
     blocks: list[dict[str, Any]] | None = None
     """The message as content blocks when it carried more than text (files shared with it)."""
+    requester: str | None = None
+    """Who wrote it (an edge's user id): whose turn it starts, for the usage books and who may cancel."""
 
     @property
     def content(self) -> list[dict[str, Any]]:
@@ -66,13 +68,21 @@ def _item(row: Row) -> InboxItem:
         turn_id=row["turn_id"],
         resumes=int(row["resumes"]),
         blocks=json.loads(row["blocks"]) if row["blocks"] is not None else None,
+        requester=row["requester"],
     )
 
 
-async def insert_inbox(db: Db, session_key: str, text: str, blocks: list[dict[str, Any]] | None = None) -> int:
+async def insert_inbox(
+    db: Db,
+    session_key: str,
+    text: str,
+    blocks: list[dict[str, Any]] | None = None,
+    requester: str | None = None,
+) -> int:
     """Add a pending row inside the caller's transaction; returns its id (for claims made elsewhere in the store)."""
-    sql = "INSERT INTO inbox (session_key, text, blocks, claimed_at) VALUES (?, ?, ?, ?) RETURNING id"
-    rows = await db.fetch(sql, session_key, text, dumps(blocks) if blocks is not None else None, ts(utcnow()))
+    sql = "INSERT INTO inbox (session_key, text, blocks, claimed_at, requester) VALUES (?, ?, ?, ?, ?) RETURNING id"
+    encoded = dumps(blocks) if blocks is not None else None
+    rows = await db.fetch(sql, session_key, text, encoded, ts(utcnow()), requester)
     return int(rows[0][0])
 
 
@@ -113,10 +123,11 @@ class InboxQueries:
         *,
         address: dict[str, Any],
         blocks: list[dict[str, Any]] | None = None,
+        requester: str | None = None,
         then: TxHook | None = None,
     ) -> InboxItem | None:
-        """Record `keys` as seen and `text` (with `blocks`, its content with files) as owed an answer, in one
-        transaction; None if any key was seen.
+        """Record `keys` as seen and `text` (with `blocks`, its content with files) by `requester` as owed an
+        answer, in one transaction; None if any key was seen.
 
         The session is created with `address` if it does not exist yet, else `address` is merged into
         its stored one (new keys win): who speaks now is saved with what they said. `then` (PostgreSQL only)
@@ -136,12 +147,13 @@ class InboxQueries:
                     f"ON CONFLICT(key) DO UPDATE SET address = {merged}",
                     (session_key, now, dumps(address)),
                 )
-                inbox_id = await insert_inbox(db, session_key, text, blocks)
+                inbox_id = await insert_inbox(db, session_key, text, blocks, requester)
                 if then is not None:
                     await db.hand_over(then)
         except _Seen:
             return None
-        return InboxItem(inbox_id, session_key, text, datetime.fromisoformat(now), None, blocks=blocks)
+        claimed_at = datetime.fromisoformat(now)
+        return InboxItem(inbox_id, session_key, text, claimed_at, None, blocks=blocks, requester=requester)
 
     async def open_inbox(self) -> dict[str, list[InboxItem]]:
         """Every row not answered yet, by session, oldest first: what a restart must resume."""

@@ -152,7 +152,8 @@ CREATE TABLE inbox (
     claimed_at   TEXT NOT NULL,
     turn_id      TEXT,
     resumes      INTEGER NOT NULL DEFAULT 0,
-    answered_at  TEXT
+    answered_at  TEXT,
+    requester    TEXT
 );
 CREATE INDEX inbox_open ON inbox(answered_at, session_key);
 

@@ -9,7 +9,8 @@ the shared queries safe with N writers:
 - reminder claims are compare-and-set `UPDATE … WHERE status = 'pending' AND due_at = ?`: the
   loser re-reads the row after the winner commits and no longer matches;
 - fencing: a store opened with a `replica` id first checks, in every write transaction, that the
-  replica's row is alive (`FOR SHARE`, so a reaper marking it dead waits for the write in flight);
+  replica's row is alive (`FOR KEY SHARE`: a reaper locks the row `FOR UPDATE` before marking it
+  dead, so it waits for the writes in flight, while heartbeats, plain updates, never wait for them);
   a replica declared dead gets `FencedError` and changes nothing.
 
 Every connection has TCP keepalives and a connect timeout, so a half-open connection (a database
@@ -42,7 +43,7 @@ CONNECTION_KWARGS: dict[str, Any] = {
     "keepalives_interval": 5,
     "keepalives_count": 3,
 }
-_FENCE = "SELECT 1 FROM replicas WHERE id = %s AND state IN ('alive', 'stopping') FOR SHARE"
+_FENCE = "SELECT 1 FROM replicas WHERE id = %s AND state IN ('alive', 'stopping') FOR KEY SHARE"
 
 
 def describe(dsn: str) -> str:
