@@ -239,8 +239,16 @@ async def open_core(
 
 async def _hand_over(cluster: ClusterNode, engine: Engine, registry: CallRegistry) -> None:
     """A replica's exit: take no more turns, let running ones finish for a grace period, then offer
-    the threads cut short to the other replicas (their input is still owed in the store)."""
+    the threads cut short to the other replicas (their input is still owed in the store).
+
+    A replica that lost its lease has nothing left to hand over: another one is taking its threads
+    (its writes are refused already), so it stops its turns and calls at once, finishing nothing."""
     worker = asyncio.create_task(cluster.stop_jobs())
+    if cluster.lost.is_set():
+        await engine.shutdown(grace_s=0)
+        await registry.abandon()
+        await worker
+        return
     cut_short = await engine.shutdown(grace_s=SHUTDOWN_GRACE_S)
     await registry.shutdown(grace_s=SHUTDOWN_GRACE_S)
     await worker

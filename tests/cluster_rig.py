@@ -56,9 +56,10 @@ class Cluster:
         daemon.process = None
 
     async def query(self, sql: Any, *params: Any) -> list[tuple[Any, ...]]:
+        """Run one statement on the cluster's database; the rows it returns, if any."""
         async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
             cursor = await conn.execute(sql, params)
-            return await cursor.fetchall()
+            return await cursor.fetchall() if cursor.description else []
 
     async def wait_db(self, check: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> Any:
         """Poll the database (the one thing that has no event to wait on) until `check` returns a truthy value."""

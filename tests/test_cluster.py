@@ -258,3 +258,22 @@ def _fired_texts_list(rig: Cluster, root: dict[str, Any]) -> list[str]:
 
 def _fired_texts(rig: Cluster, root: dict[str, Any]) -> set[str]:
     return set(_fired_texts_list(rig, root))
+
+
+async def test_a_replica_declared_dead_stops_at_once_and_its_thread_goes_on_elsewhere(rig: Cluster) -> None:
+    [fenced] = await rig.start(1)
+    rig.script.add("fenced job.", Reply.tools(tool_use("sleep_for", {"seconds": 120})), Reply.text_only("Resumed."))
+    root = await mention(rig.slack, "C1", "fenced job.")
+    status = await wait_status(rig.slack, "C1", root["ts"])
+    await rig.slack.wait_for(lambda: status.edits, WAIT_S, "the call running")
+    await rig.start(1)
+    assert fenced.process is not None
+    # What a reaper does to a replica that stopped heartbeating (a frozen VM, a long pause) and then woke up.
+    await rig.query("UPDATE replicas SET state = 'dead' WHERE pid = %s", fenced.process.pid)
+    async with asyncio.timeout(WAIT_S):
+        assert await fenced.process.wait() == 1
+    assert "lost its lease" in fenced.log()
+    await wait_text(rig.slack, "C1", root["ts"], "Resumed.")
+    await rig.slack.wait_for(lambda: "👻" in status.text, WAIT_S, "the call repainted as orphaned")
+    [(state,)] = await rig.query("SELECT status FROM tool_calls")
+    assert state == "orphaned"

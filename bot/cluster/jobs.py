@@ -6,7 +6,7 @@ anywhere, and its queueing lock keeps at most one more waiting. A deferral refus
 `AlreadyEnqueued` is therefore good news: a queued job will run the thread's turn and see
 whatever input caused this offer, because inputs are durable rows read by the turn.
 
-Stalled jobs (their worker stopped heartbeating: the replica died) are not retried with
+Stalled jobs (their replica died, or stopped without finishing them) are not retried with
 procrastinate's `retry_job`: that moves the stalled job back to `todo`, which violates the
 queueing lock when a twin already waits (issue 12, point 9). Recovery finishes the stalled job
 as failed, releasing the thread's lock, and defers a fresh job, which a waiting twin absorbs.
@@ -32,6 +32,14 @@ from procrastinate.worker import Worker
 from bot.cluster.link import connection_kwargs
 
 TASK_NAME = "thread_turn"
+STALLED_WORKER_S = 60.0
+"""When procrastinate prunes a silent worker's row; far past a replica's lease, so only the dead are pruned."""
+_STALLED = """
+SELECT j.id, j.args->>'session_key' FROM procrastinate_jobs AS j
+WHERE j.status = 'doing' AND j.task_name = %s AND (j.worker_id IS NULL OR j.worker_id IN (
+    SELECT worker_id FROM replicas WHERE state IN ('dead', 'stopped') AND worker_id IS NOT NULL
+))
+"""
 
 
 def thread_lock(session_key: str) -> str:
@@ -109,7 +117,7 @@ class ThreadJobs:
             fetch_job_polling_interval=self._poll_s,
             install_signal_handlers=False,
             update_heartbeat_interval=self._heartbeat_s,
-            stalled_worker_timeout=self._heartbeat_s * 5,
+            stalled_worker_timeout=STALLED_WORKER_S,
         )
         # procrastinate's Worker leaves run() and stop() unannotated.
         run = self._worker.run()  # type: ignore[no-untyped-call]
@@ -125,27 +133,34 @@ class ThreadJobs:
         worker.stop()  # type: ignore[no-untyped-call]
         await task
 
-    async def recover_stalled(self, seconds_since_heartbeat: float) -> list[str]:
-        """Fail the jobs of workers silent for `seconds_since_heartbeat` and re-offer their threads.
+    @property
+    def worker_id(self) -> int | None:
+        """The running worker's id in procrastinate's tables (once it has registered)."""
+        return self._worker.worker_id if self._worker is not None else None
 
-        Each job is failed and its fresh twin deferred in one transaction, so a crash in between
-        cannot leave a thread without a turn. Safe on every replica at once: the row lock with
-        SKIP LOCKED and the `doing` check let exactly one recover each job.
+    async def recover_stalled(self) -> list[str]:
+        """Fail the jobs whose replica is gone (dead, or stopped without finishing them) and re-offer
+        their threads; a job whose worker row procrastinate pruned counts as gone too.
+
+        The replicas table, not procrastinate's worker heartbeat, says who is gone: a live replica whose
+        worker heartbeat lags (a busy pool) must not have its running turn taken over. Each job is failed
+        and its fresh twin deferred in one transaction, so a crash in between cannot leave a thread
+        without a turn. Safe on every replica at once: the row lock with SKIP LOCKED and the `doing`
+        check let exactly one recover each job.
         """
-        stalled = await self._app.job_manager.get_stalled_jobs(
-            task_name=TASK_NAME, seconds_since_heartbeat=seconds_since_heartbeat
-        )
+        async with self._connector.pool.connection() as conn:
+            cur = await conn.execute(_STALLED, (TASK_NAME,))
+            stalled = [(int(job_id), str(key)) for job_id, key in await cur.fetchall()]
         recovered: list[str] = []
-        for job in stalled:
-            key = str(job.task_kwargs["session_key"])
+        for job_id, key in stalled:
             async with self._connector.pool.connection() as conn, conn.transaction():
                 cur = await conn.execute(
                     "SELECT id FROM procrastinate_jobs WHERE id = %s AND status = 'doing' FOR UPDATE SKIP LOCKED",
-                    (job.id,),
+                    (job_id,),
                 )
                 if await cur.fetchone() is None:
                     continue  # another replica recovered it, or it finished meanwhile
-                await conn.execute("SELECT procrastinate_finish_job_v1(%s, 'failed', false)", (job.id,))
+                await conn.execute("SELECT procrastinate_finish_job_v1(%s, 'failed', false)", (job_id,))
                 await self.offer(key, conn)
             recovered.append(key)
         return recovered

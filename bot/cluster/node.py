@@ -93,6 +93,7 @@ class ClusterNode:
         self._injected: Callable[[Ring, list[int]], Awaitable[None]] | None = None
         self._take_over: Callable[[list[OwedMessage]], None] | None = None
         self._sending: set[asyncio.Future[None]] = set()
+        self._worker_recorded = False
 
     @property
     def id(self) -> str:
@@ -204,6 +205,9 @@ class ClusterNode:
             await self._scheduler.track(int(ring.key))
 
     async def _run_thread(self, session_key: str) -> None:
+        if not self._worker_recorded and (worker_id := self.jobs.worker_id) is not None:
+            await self.replicas.record_worker(worker_id)  # before its first turn: whose jobs are whose
+            self._worker_recorded = True
         if self._engine is not None:
             await self._engine.run_thread(session_key)
 
@@ -248,7 +252,7 @@ class ClusterNode:
             self._take_over(posts)
         if reminder_posts and self._scheduler is not None:
             self._scheduler.take_over(reminder_posts)
-        recovered = await self.jobs.recover_stalled(self.settings.lease_s)
+        recovered = await self.jobs.recover_stalled()
         if recovered:
             log.warning("resuming %d threads whose turns stopped with their replica", len(recovered))
         if self._live is not None:

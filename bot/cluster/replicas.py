@@ -73,6 +73,10 @@ class Replicas:
         )
         return bool(rows)
 
+    async def record_worker(self, worker_id: int) -> None:
+        """Name this replica's procrastinate worker, so its jobs count as stalled once the replica is gone."""
+        await self._link.execute("UPDATE replicas SET worker_id = %s WHERE id = %s", (worker_id, self.id))
+
     async def mark_stopping(self) -> None:
         """Tell the others this replica takes no new work; it still renews its lease while it drains."""
         await self._link.execute("UPDATE replicas SET state = 'stopping' WHERE id = %s AND state = 'alive'", (self.id,))

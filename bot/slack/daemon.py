@@ -109,11 +109,13 @@ async def _run(
             return key.startswith((SESSION_PREFIX, HEARTBEAT_SESSION_PREFIX))
 
         async def flush_slack() -> None:
-            """While the store is open: what is not delivered by then stays owed in it, for the next start."""
-            await edge.close(EDGE_DRAIN_S)
-            await edits.close(EDITS_FLUSH_S)
+            """While the store is open: what is not delivered by then stays owed in it, for the next start.
+            A replica that lost its lease sends nothing more: the thread is another replica's now."""
+            drain = 0.0 if node is not None and node.lost.is_set() else 1.0
+            await edge.close(EDGE_DRAIN_S * drain)
+            await edits.close(EDITS_FLUSH_S * drain)
 
-        node = None
+        node: ClusterNode | None = None
         if settings.database_url is not None:
             from bot.cluster.node import ClusterNode  # procrastinate and psycopg: cluster mode only
 
@@ -161,7 +163,13 @@ async def _run(
             stack.push_async_callback(runner.cleanup)
             _log_start(settings, me, f"HTTP events on port {port} at {EVENTS_PATH}")
         await _until_set(stopping, node.lost if node is not None else None)
-        log.info("stopping: no new events; letting running work finish")
+        if node is not None and node.lost.is_set():
+            log.error("stopping at once: this replica lost its lease, and its threads are another's now")
+        else:
+            log.info("stopping: no new events; letting running work finish")
+    if node is not None and node.lost.is_set():
+        # Not 0: a supervisor (systemd's Restart=on-failure, compose's restart policy) starts a new replica.
+        raise ThreadbotError("this replica lost its lease in the database and stopped; start it again")
 
 
 def _log_start(settings: Settings, me: Identity, mode: str) -> None:

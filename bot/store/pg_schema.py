@@ -177,7 +177,8 @@ CREATE TABLE replicas (
     pid           INTEGER NOT NULL,
     started_at    TIMESTAMPTZ NOT NULL DEFAULT now(),
     heartbeat_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
-    state         TEXT NOT NULL DEFAULT 'alive' CHECK (state IN ('alive', 'stopping', 'dead', 'stopped'))
+    state         TEXT NOT NULL DEFAULT 'alive' CHECK (state IN ('alive', 'stopping', 'dead', 'stopped')),
+    worker_id     BIGINT  -- its procrastinate worker: whose `doing` jobs are stalled once it is gone
 );
 """
 
