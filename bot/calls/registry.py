@@ -77,10 +77,14 @@ class CallRegistry:
         """Mark calls a previous process left unfinished as `orphaned`; call once at start.
 
         `replicas` limits it to the calls of those replicas (a cluster: none at start, its reaper
-        orphans the dead ones'); None means every open call (one process: all are a previous run's)."""
+        orphans the dead ones'); None means every open call (one process: all are a previous run's).
+        Left-over process groups are ended only then: in a cluster the recorded pids are other hosts'
+        (or other containers'), and a replica's own are ended with its container or cgroup."""
         orphans = await self._store.orphan_open_calls(replicas)
         if orphans:
             log.info("marked %d unfinished tool calls from a previous run as orphaned", len(orphans))
+        if replicas is not None:
+            return orphans
         # What their commands started may still run (a SIGKILL leaves no time to clean up): end it now.
         left = [record for record in await self._store.process_groups() if not process_groups.owner_alive(record)]
         await process_groups.kill_left_over(left)

@@ -118,7 +118,7 @@ class Doorbell:
         while True:
             try:
                 await self._consume(conn)
-            except psycopg.OperationalError as exc:
+            except psycopg.Error as exc:  # any of them: a listener that gives up leaves only the backstop
                 log.warning("doorbell connection lost (%s); reconnecting", exc)
             finally:
                 await conn.close()
@@ -141,7 +141,7 @@ class Doorbell:
         while True:
             try:
                 return await self._listen()
-            except psycopg.OperationalError as exc:
+            except psycopg.Error as exc:
                 log.warning("doorbell cannot reconnect (%s); next try in %.1f s", exc, delay_s)
             await asyncio.sleep(delay_s)
             delay_s = min(delay_s * 2, max_s)

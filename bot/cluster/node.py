@@ -94,6 +94,7 @@ class ClusterNode:
         self._take_over: Callable[[list[OwedMessage]], None] | None = None
         self._sending: set[asyncio.Future[None]] = set()
         self._worker_recorded = False
+        self._replay_after = 0
 
     @property
     def id(self) -> str:
@@ -126,7 +127,11 @@ class ClusterNode:
         self._handlers[kind] = handler
 
     async def start(self) -> None:
-        """Start taking turns and listening; from here on this replica is a full member."""
+        """Start taking turns and listening; from here on this replica is a full member.
+
+        Rings sent before it listened are not its business (the cancel of a turn that ended long ago
+        must not stop a newer one): its backstop only ever replays rings newer than that."""
+        self._replay_after = await self._require_store().last_ring_id()
         await self.doorbell.start()
         await self.jobs.start(concurrency=self.settings.concurrency)
         self._reaper = asyncio.create_task(self._reap_forever(), name=f"reaper {self.id}")
@@ -214,14 +219,11 @@ class ClusterNode:
     async def _backstop(self) -> None:
         """What a lost NOTIFY would have said: recent rings not handled here, input nobody took up."""
         store = self._require_store()
-        for ring in await store.recent_rings(REPLAY_S):
+        for ring in await store.recent_rings(REPLAY_S, after_id=self._replay_after):
             if ring.id not in self._handled:
                 await self._on_ring(Ring(ring.kind, ring.key, {**ring.body, "id": ring.id}))
         for key in await store.stale_inbox_sessions(self.settings.backstop_s):
-            if self._engine is not None and self._engine.is_busy(key):
-                await self._engine.take_inputs(key)
-            else:
-                await self.jobs.offer(key)
+            await self.jobs.offer(key)  # owed input with no job of its thread queued or running
 
     # -- the dead -------------------------------------------------------------------------
 

@@ -52,16 +52,14 @@ REMINDER_RETRY_S = 3600.0
 
 FireListener = Callable[[FireReport], None]
 ChangeListener = Callable[[int], None]
+"""Told the id of a row this process added or cancelled (a cluster rings the other replicas)."""
+Tick = Callable[[], Awaitable[object]]
 
 
 class Periodic(Protocol):
     """Runs interval work once per tick across a cluster's replicas (bot/cluster/ticks.py)."""
 
     def every(self, name: str, interval_s: float, work: Callable[[int], Awaitable[object]]) -> None: ...
-
-
-"""Told the id of a row this process added or cancelled (a cluster rings the other replicas)."""
-Tick = Callable[[], Awaitable[object]]
 
 
 class Scheduler:
@@ -171,7 +169,7 @@ class Scheduler:
             self._unschedule(f"reminder:{reminder_id}")
 
     async def sync(self) -> int:
-        """Schedule every pending row (a cluster's backstop for rings it missed); returns how many."""
+        """Schedule every pending row (what `start` does first); returns how many."""
         pending = [r for r in await self._store.pending_reminders() if self._owns_key(r.session_key)]
         for reminder in pending:
             self._schedule(reminder.id, reminder.due_at)

@@ -89,14 +89,22 @@ class ClusterQueries:
         assert row is not None
         return int(row[0])
 
-    async def recent_rings(self, within_s: float) -> list[RingRecord]:
+    async def recent_rings(self, within_s: float, after_id: int) -> list[RingRecord]:
+        """Rings of the last `within_s` seconds with ids above `after_id`, oldest first."""
         async with self.transaction() as conn:
             cursor = await conn.execute(
-                "SELECT id, kind, key, body FROM cluster_rings WHERE at > now() - make_interval(secs => %s)"
-                " ORDER BY id",
-                (within_s,),
+                "SELECT id, kind, key, body FROM cluster_rings"
+                " WHERE at > now() - make_interval(secs => %s) AND id > %s ORDER BY id",
+                (within_s, after_id),
             )
             return [RingRecord(int(r[0]), str(r[1]), str(r[2]), dict(r[3])) for r in await cursor.fetchall()]
+
+    async def last_ring_id(self) -> int:
+        """The newest ring's id (0 when there is none): where a replica that starts begins to listen."""
+        async with self.transaction() as conn:
+            cursor = await conn.execute("SELECT COALESCE(MAX(id), 0) FROM cluster_rings")
+            row = await cursor.fetchone()
+        return int(row[0]) if row else 0
 
     async def prune_rings(self, older_than_s: float) -> None:
         async with self.transaction() as conn:
