@@ -59,7 +59,8 @@ COMMANDS = {
     ),
     "check": (
         "check everything run needs, and say what is wrong",
-        "Check everything run needs, each probe within 30 s: the configuration, BOT_DATA_DIR and the database, "
+        "Check everything run needs, each probe within 30 s: the configuration, BOT_DATA_DIR and the database "
+        "(with BOT_DATABASE_URL: PostgreSQL answers and its schemas are current), "
         "the Slack tokens (auth.test, and apps.connections.open for SLACK_APP_TOKEN) and the model. Prints one "
         "line per check, naming the variable and the URL when something is wrong, and exits 1 if anything "
         "failed. It leaves no database behind where there was none.",

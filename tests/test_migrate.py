@@ -8,9 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import CoreFactory
+from fakes.anthropic_api import FakeAnthropic, Reply, tool_use
 from test_cli import bare_env
 from test_console import run_bot
 
+from bot.calls.models import CallStatus
 from bot.check import check_database
 from bot.config import Settings
 from bot.errors import ConfigError, StoreError, ThreadbotError
@@ -65,6 +68,22 @@ async def test_an_opened_cluster_store_is_postgres(pg_jobs_dsn: str, make_settin
         assert await store.claim_event("e1")
     finally:
         await store.close()
+
+
+async def test_the_engine_runs_a_tool_turn_on_postgres_and_a_restart_finds_it(
+    pg_jobs_dsn: str, core_factory: CoreFactory, fake: FakeAnthropic
+) -> None:
+    count = tool_use("wordcount", {"text": "one two three"})
+    fake.script(Reply.tools(count, text="Counting."), Reply.text_only("Three words."))
+    core = await core_factory(bot_database_url=pg_jobs_dsn)
+    assert isinstance(core.store, PostgresStore)
+    outcome = await core.engine.run_turn("test:pg", "count 'one two three'")
+    assert outcome is not None and outcome.text == "Three words."
+    await core_factory.close(core)
+
+    again = await core_factory(bot_database_url=pg_jobs_dsn)
+    assert [c.status for c in await again.store.session_calls("test:pg")] == [CallStatus.COMPLETED]
+    assert len(await again.store.load_messages("test:pg")) == 4  # ask, tool use, its result, answer
 
 
 async def test_check_never_shows_the_password(make_settings: Callable[..., Settings]) -> None:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -16,7 +14,7 @@ from schedule_support import FakeWaker
 from bot.calls.models import utcnow
 from bot.schedule import Scheduler
 from bot.schedule.posting import ReminderPoster
-from bot.store import NewReminder, ReminderKind, ReminderStatus, SqliteStore, Store
+from bot.store import NewReminder, ReminderKind, ReminderStatus, Store
 from bot.types import ReminderOutcome, ReminderPost
 
 KEY = "test:posts"
@@ -43,13 +41,10 @@ class FlakyEdge:
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    opened = await SqliteStore.open(tmp_path / "bot.db")
-    await opened.ensure_session(KEY, {"requester": "U1"})
-    try:
-        yield opened
-    finally:
-        await opened.close()
+async def store(any_store: Store) -> Store:
+    """Once per back end (SQLite, PostgreSQL): owed reminder posts are store state like any other."""
+    await any_store.ensure_session(KEY, {"requester": "U1"})
+    return any_store
 
 
 async def claimed(store: Store, text: str = "stand-up") -> ReminderPost:

@@ -88,6 +88,32 @@ async def test_everything_survives_close_and_reopen(store_opener: StoreOpener) -
     assert await store.next_turn(KEY) == 2
 
 
+async def test_a_version_4_file_gains_the_replica_column_and_keeps_its_calls(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:4])
+    old = await SqliteStore.open(db_path)
+    await old.ensure_session(KEY)
+    monkeypatch.undo()
+    await old.close()
+    conn = sqlite3.connect(db_path)
+    conn.execute(
+        "INSERT INTO tool_calls (id, session_key, turn_id, tool_name, input, status, created_at)"
+        " VALUES ('toolu_1', ?, 't', 'shell', '{}', 'running', '2024-01-01T00:00:00.000000+00:00')",
+        (KEY,),
+    )
+    conn.commit()
+    conn.close()
+    assert "replica" not in {row[1] for row in read_sql(db_path, "PRAGMA table_info(tool_calls)")}
+    store = await SqliteStore.open(db_path)
+    try:
+        assert [c.id for c in await store.orphan_open_calls()] == ["toolu_1"]
+    finally:
+        await store.close()
+    assert read_sql(db_path, "SELECT replica FROM tool_calls") == [(None,)]
+    assert read_sql(db_path, "PRAGMA user_version") == [(len(schema.MIGRATIONS),)]
+
+
 async def test_reopening_does_not_rerun_migrations(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     await (await SqliteStore.open(db_path)).close()
     extra = "CREATE TABLE IF NOT EXISTS runs (n INTEGER); INSERT INTO runs VALUES (1);"

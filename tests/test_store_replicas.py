@@ -17,6 +17,7 @@ from store_backends import StoreOpener
 from bot.calls.models import CallStatus, ToolCall
 from bot.errors import FencedError, StoreError
 from bot.store import NewReminder, ReminderKind, ReminderStatus, SqliteStore, Store
+from bot.store.pg_schema import MIGRATIONS
 from bot.store.postgres import PostgresStore
 
 KEY = "slack:T1:C1:1.0"
@@ -120,6 +121,19 @@ async def pg(pg_dsn: str) -> AsyncIterator[Callable[..., Awaitable[PostgresStore
         yield open_
     finally:
         for store in opened:
+            await store.close()
+
+
+async def test_replicas_starting_at_once_migrate_once(pg_dsn: str) -> None:
+    stores = await asyncio.gather(
+        *(PostgresStore.open(pg_dsn, require_jobs_schema=False, max_size=2) for _ in range(WRITERS))
+    )
+    try:
+        async with stores[0].transaction() as conn:
+            rows = await (await conn.execute("SELECT version FROM threadbot_schema_version")).fetchall()
+        assert rows == [(version,) for version in range(1, len(MIGRATIONS) + 1)]
+    finally:
+        for store in stores:
             await store.close()
 
 
