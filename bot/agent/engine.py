@@ -48,8 +48,9 @@ class Delivery(StrEnum):
 class TurnHost(Protocol):
     """Where a session's next turn runs when none runs here: in a cluster, wherever its job lands."""
 
-    async def offer(self, session_key: str) -> None:
-        """Have the session's job run, here or on another replica; done when that is durable."""
+    def offer_soon(self, session_key: str) -> None:
+        """Have the session's job run, here or on another replica. Its input is in the store already,
+        so an offer that fails only waits for the cluster's backstop."""
 
 
 MAX_TURNS_PER_JOB = 20
@@ -85,7 +86,6 @@ class Engine:
         self._sessions: dict[str, _Session] = {}
         self._accepting = True
         self._checks: set[asyncio.Task[None]] = set()
-        self._offers: set[asyncio.Task[None]] = set()
         registry.subscribe(self._on_call_changed)
 
     # -- what edges and the scheduler call ------------------------------------------------
@@ -116,7 +116,7 @@ class Engine:
             self._inject(session_key, content, inbox_id)
             return Delivery.INJECTED
         if self._host is not None and inbox_id is not None:
-            self._offer_soon(session_key)
+            self._host.offer_soon(session_key)
             return Delivery.QUEUED
         blocks = [protocol.text_block(content)] if isinstance(content, str) else content
         inbox_ids = [inbox_id] if inbox_id is not None else []
@@ -301,18 +301,6 @@ class Engine:
         session.injections.put(content, inbox_id)
         return True
 
-    def _offer_soon(self, session_key: str) -> None:
-        assert self._host is not None
-        offer = asyncio.create_task(self._host.offer(session_key), name=f"offer:{session_key}")
-        self._offers.add(offer)
-        offer.add_done_callback(self._offered)
-
-    def _offered(self, task: asyncio.Task[None]) -> None:
-        self._offers.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            # Still owed in the store: the cluster's backstop offers the session again.
-            log.warning("could not offer a session to the cluster: %s", task.exception())
-
     def _session(self, session_key: str) -> _Session:
         session = self._sessions.get(session_key)
         if session is None:
@@ -370,7 +358,7 @@ class Engine:
         # Checked again after the await: a shutdown may have begun, and its list of turns is already taken.
         if has_news and self._accepting and not self.is_busy(session_key) and self._host is not None:
             self._sessions.pop(session_key, None)  # what it held is owed in the store; the job reads it there
-            self._offer_soon(session_key)
+            self._host.offer_soon(session_key)
         elif has_news and self._accepting and not self.is_busy(session_key):
             self._start(session_key, [])
         elif not has_news and not self.is_busy(session_key):

@@ -158,6 +158,10 @@ class ClusterNode:
 
     # -- the engine's TurnHost ------------------------------------------------------------
 
+    def offer_soon(self, session_key: str) -> None:
+        """`offer` in the background (the engine's TurnHost): the input is in the store already."""
+        self._spawn(self.offer(session_key))
+
     async def offer(self, session_key: str) -> None:
         """The thread has input: its job is committed (or already queued) when this returns."""
         async with self._require_store().transaction() as conn:
@@ -222,8 +226,8 @@ class ClusterNode:
         for ring in await store.recent_rings(REPLAY_S, after_id=self._replay_after):
             if ring.id not in self._handled:
                 await self._on_ring(Ring(ring.kind, ring.key, {**ring.body, "id": ring.id}))
-        for key in await store.stale_inbox_sessions(self.settings.backstop_s):
-            await self.jobs.offer(key)  # owed input with no job of its thread queued or running
+        for key in await store.unattended_sessions(self.settings.backstop_s):
+            await self.jobs.offer(key)  # owed input or a result, and no job of its thread queued or running
 
     # -- the dead -------------------------------------------------------------------------
 
@@ -279,4 +283,4 @@ class ClusterNode:
     def _sent(self, task: asyncio.Future[None]) -> None:
         self._sending.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.warning("a cluster ring could not be sent: %s", task.exception())
+            log.warning("could not reach the cluster (the backstop tries again): %s", task.exception())

@@ -1,4 +1,5 @@
-"""What only a cluster asks of the PostgreSQL store: the rings' log and input nobody took up.
+"""What only a cluster asks of the PostgreSQL store: the rings' log, gone replicas' leftovers, and
+whatever nobody took up.
 
 Mixed into `PostgresStore`. Rings are the durable half of the doorbell (bot/cluster/node.py):
 a row per ring (`cluster_rings`, in pg_schema.py), so a replica that missed a NOTIFY finds it on
@@ -23,13 +24,18 @@ from bot.store.reminder_posts import reminder_post
 from bot.store.schema import CALL_COLUMNS, call_from_row, ts
 from bot.types import ReminderPost
 
-# A session owes input and no job of its thread is queued or running: nobody will take it up unless offered.
-_STALE_INBOX = """
-SELECT DISTINCT i.session_key FROM inbox AS i
-WHERE i.answered_at IS NULL AND i.claimed_at < %s
-AND NOT EXISTS (
+# A session is owed something (input, or a result that outlived its turn) and no job of its thread is
+# queued or running: nobody will take it up unless offered.
+_UNATTENDED = """
+SELECT owed.session_key FROM (
+    SELECT session_key FROM inbox WHERE answered_at IS NULL AND claimed_at < %s
+    UNION
+    SELECT session_key FROM tool_calls
+    WHERE delivered = 0 AND status NOT IN ('pending', 'running') AND completed_at < %s
+) AS owed
+WHERE NOT EXISTS (
     SELECT 1 FROM procrastinate_jobs AS j
-    WHERE j.lock = 'thread:' || i.session_key AND j.status IN ('todo', 'doing')
+    WHERE j.lock = 'thread:' || owed.session_key AND j.status IN ('todo', 'doing')
 )
 """
 
@@ -71,7 +77,7 @@ class RingRecord:
 
 
 class ClusterQueries:
-    """The rings' log, and the backstop's question: which owed input has no job to take it up?"""
+    """The rings' log, what gone replicas left, and the backstop's question: what owed has no job to take it up?"""
 
     replica: str | None
 
@@ -131,9 +137,9 @@ class ClusterQueries:
         async with self.transaction() as conn:
             await PgDb(conn).execute(_PRUNE_REPLICAS, (older_than_s,))
 
-    async def stale_inbox_sessions(self, older_than_s: float) -> list[str]:
-        """Sessions owing input claimed over `older_than_s` ago with no job of their thread to take it up."""
-        claimed_before = ts(utcnow() - timedelta(seconds=older_than_s))
+    async def unattended_sessions(self, older_than_s: float) -> list[str]:
+        """Sessions owed input or a result for over `older_than_s` with no job of their thread to take it up."""
+        before = ts(utcnow() - timedelta(seconds=older_than_s))
         async with self.transaction() as conn:
-            cursor = await conn.execute(_STALE_INBOX, (claimed_before,))
+            cursor = await conn.execute(_UNATTENDED, (before, before))
             return [str(row[0]) for row in await cursor.fetchall()]

@@ -79,6 +79,7 @@ CREATE TABLE tool_calls (
 );
 CREATE INDEX tool_calls_by_session ON tool_calls(session_key, status, created_at);
 CREATE INDEX tool_calls_by_status ON tool_calls(status, replica);
+CREATE INDEX tool_calls_undelivered ON tool_calls(completed_at) WHERE delivered = 0;
 
 CREATE TABLE call_displays (
     call_id  TEXT PRIMARY KEY REFERENCES tool_calls(id) ON DELETE CASCADE,
