@@ -59,10 +59,18 @@ COMMANDS = {
     ),
     "check": (
         "check everything run needs, and say what is wrong",
-        "Check everything run needs, each probe within 30 s: the configuration, BOT_DATA_DIR and the database, "
+        "Check everything run needs, each probe within 30 s: the configuration, BOT_DATA_DIR and the database "
+        "(with BOT_DATABASE_URL: PostgreSQL answers and its schemas are current), "
         "the Slack tokens (auth.test, and apps.connections.open for SLACK_APP_TOKEN) and the model. Prints one "
         "line per check, naming the variable and the URL when something is wrong, and exits 1 if anything "
         "failed. It leaves no database behind where there was none.",
+    ),
+    "migrate": (
+        "create or update the database's schema",
+        "Apply the database's migrations and check them: the SQLite file in BOT_DATA_DIR, or with "
+        "BOT_DATABASE_URL the PostgreSQL database, threadbot's schema and procrastinate's job queue (run only "
+        "migrates threadbot's own schema there, and refuses to start without the job queue). Safe to repeat, and "
+        "to run from several hosts at once.",
     ),
     "usage": (
         "tokens and estimated cost of the model calls",
@@ -71,14 +79,17 @@ COMMANDS = {
         "channel, user, model or session and model.",
     ),
 }
-USAGE_VARIABLES = ("bot_data_dir", "bot_model_prices")
+USAGE_VARIABLES = ("bot_data_dir", "bot_database_url", "bot_model_prices")
 """All `usage` reads: it opens the database and prices what it finds there."""
+MIGRATE_VARIABLES = ("bot_data_dir", "bot_database_url")
 
 
 def _variables(command: str) -> str:
     """The epilog of a command's `--help`: every variable it reads, straight from the settings' fields."""
     if command == "usage":
         names = list(USAGE_VARIABLES)
+    elif command == "migrate":
+        names = list(MIGRATE_VARIABLES)
     else:
         names = [name for name in Settings.model_fields if command in ("run", "check") or not _slack_only(name)]
     listed = ", ".join(name.upper() for name in names)
@@ -114,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     oneshot.add_argument("--resume", metavar="TOKEN", help="continue from a continuation token")
 
     command("check")
+    command("migrate")
 
     usage = command("usage")
     usage.add_argument("--since", default="7d", help="how far back: 30m, 24h, 7d, 2w or all (default 7d)")
@@ -145,7 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"threadbot: configuration error: {exc}", file=sys.stderr)
         return 2
     except StoreError as exc:
-        print(f"threadbot: BOT_DATA_DIR: {exc}", file=sys.stderr)
+        variable = "BOT_DATABASE_URL" if settings.database_url else "BOT_DATA_DIR"
+        print(f"threadbot: {variable}: {exc}", file=sys.stderr)
         return 1
     except ThreadbotError as exc:
         print(f"threadbot: {exc}", file=sys.stderr)
@@ -165,6 +178,10 @@ async def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         return await chat(settings, session=args.session)
     if args.command == "oneshot":
         return await _oneshot(args, settings)
+    if args.command == "migrate":
+        from bot.migrate import migrate_database
+
+        return await migrate_database(settings)
     if args.command == "usage":
         from bot.usage_report import usage_report
 

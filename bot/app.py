@@ -7,6 +7,7 @@ the scheduler and the model client, and closes them even when start-up fails.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -32,12 +33,14 @@ from bot.model.metering import MeteredProvider, UsageMeter
 from bot.operator_tools import SourcedTool, load_entry_point_tools, load_module_tools, unique_tools
 from bot.schedule import Scheduler, build_scheduler
 from bot.schedule.firing import Clock
-from bot.store import Store
+from bot.store import Store, open_store
+from bot.store.lock import exclusive_database
 from bot.types import EngineOutput, Provider, SessionFilter, TimezoneLookup
 from tools import builtin_tools
 from tools.base import Tool
 
 if TYPE_CHECKING:
+    from bot.cluster.node import ClusterNode
     from bot.mcp.source import McpTools
 
 log = logging.getLogger(__name__)
@@ -116,6 +119,7 @@ async def open_core(
     clock: Clock | None = None,
     owns: SessionFilter | None = None,
     before_store_closes: Callable[[], Awaitable[None]] | None = None,
+    cluster: ClusterNode | None = None,
 ) -> AsyncIterator[Core]:
     """Build the engine around `output`; on exit stop turns and calls, then close the store.
 
@@ -125,13 +129,21 @@ async def open_core(
     passes a `users.info` lookup); `clock` is "now" for the scheduler (tests);
     `owns` keeps the scheduler to this edge's sessions. `before_store_closes` lets an
     edge send what the shutdown itself produced while the store can still be written.
+    With `cluster` (BOT_DATABASE_URL) this process is one replica: its turns run as the
+    cluster's thread jobs, it orphans only dead replicas' calls, and at exit it hands the
+    threads it cut short to the others.
     """
     # Loaded first: a broken operator module or MCP file stops the start before anything opens.
     operator = [*load_module_tools(settings.bot_tool_modules), *load_entry_point_tools()]
     mcp_servers = load_mcp_config(settings.bot_mcp_config) if settings.bot_mcp_config else []
     async with contextlib.AsyncExitStack() as stack:
-        store = await Store.open(settings.db_path)
+        if settings.database_url is None:
+            stack.enter_context(exclusive_database(settings.db_path))  # before recovery orphans anyone's calls
+        store = await open_store(settings, replica=cluster.id if cluster is not None else None)
         stack.push_async_callback(store.close)
+        if cluster is not None:
+            await cluster.open()  # the lease first: the store's fence refuses writes without one
+            stack.push_async_callback(cluster.close)
         if provider is None:
             model = anthropic_provider(settings)
             stack.push_async_callback(model.close)
@@ -147,7 +159,8 @@ async def open_core(
             default_timeout_s=settings.bot_tool_timeout_s,
             zone=settings.zone,
         )
-        orphans = await registry.recover()
+        # On PostgreSQL every open call may be a live replica's: only the reaper orphans, and only a dead one's.
+        orphans = await registry.recover(replicas=[] if settings.database_url is not None else None)
         registry.subscribe(output.call_changed)
         toolbox = Toolbox(fixed_tools(settings, registry, operator))
         mcp = None
@@ -186,6 +199,7 @@ async def open_core(
             store=store,
             output=output,
             max_injections_per_turn=settings.bot_max_injections_per_turn,
+            host=cluster,
         )
         scheduler = build_scheduler(
             settings,
@@ -197,8 +211,14 @@ async def open_core(
             user_timezone=user_timezone,
             clock=clock,
             owns=owns,
+            periodic=cluster.ticks if cluster is not None else None,
         )
         await scheduler.start()
+        if cluster is not None:
+            from bot.store.postgres import PostgresStore  # psycopg's pool: cluster mode only
+
+            assert isinstance(store, PostgresStore)
+            cluster.attach(store=store, engine=engine, scheduler=scheduler)
         core = Core(settings, store, registry, toolbox, engine, provider, scheduler, usage, orphans, mcp)
         try:
             yield core
@@ -208,8 +228,32 @@ async def open_core(
                 # The engine first: an orphaned call must not look like news that starts a turn.
                 await engine.shutdown(grace_s=0)
                 await registry.abandon()
+            elif cluster is not None:
+                await _hand_over(cluster, engine, registry)
             else:
                 await engine.shutdown(grace_s=SHUTDOWN_GRACE_S)
                 await registry.shutdown(grace_s=SHUTDOWN_GRACE_S)
             if before_store_closes is not None:
                 await before_store_closes()
+
+
+async def _hand_over(cluster: ClusterNode, engine: Engine, registry: CallRegistry) -> None:
+    """A replica's exit: take no more turns, let running ones finish for a grace period, then offer
+    the threads cut short to the other replicas (their input is still owed in the store).
+
+    A replica that lost its lease has nothing left to hand over: another one is taking its threads
+    (its writes are refused already), so it stops its turns and calls at once, finishing nothing."""
+    worker = asyncio.create_task(cluster.stop_jobs())
+    if cluster.lost.is_set():
+        await engine.shutdown(grace_s=0)
+        await registry.abandon()
+        await worker
+        return
+    cut_short = await engine.shutdown(grace_s=SHUTDOWN_GRACE_S)
+    await registry.shutdown(grace_s=SHUTDOWN_GRACE_S)
+    await worker
+    for key in cut_short:
+        try:
+            await cluster.offer(key)
+        except Exception as exc:  # the others' backstop finds the owed input anyway
+            log.warning("could not hand %s to another replica: %s", key, exc)

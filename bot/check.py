@@ -24,7 +24,7 @@ from bot.mcp.check import check_mcp
 from bot.operator_tools import SourcedTool, load_entry_point_tools, load_module_tools, unique_tools
 from bot.slack import tokens
 from bot.slack.app import build_client, check_app_token, identify, slack_http_session
-from bot.store import Store
+from bot.store import SqliteStore
 from bot.types import ModelRequest
 from bot.variables import where_set
 from tools import builtin_tools
@@ -38,21 +38,40 @@ Check = Callable[[Settings, float], Awaitable[str]]
 
 
 async def check_database(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) -> str:
-    """`BOT_DATA_DIR` writable, and the database opens and migrates (a scratch copy if it does not exist yet)."""
+    """`BOT_DATA_DIR` writable, and the database opens and migrates (a scratch copy if it does not exist yet);
+    with `BOT_DATABASE_URL`, PostgreSQL answers and its schemas are what `run` needs (nothing is changed)."""
     folder = settings.bot_data_dir
     _require_writable(folder)
+    if settings.database_url is not None:
+        return await _check_postgres(settings.database_url, timeout_s)
     try:
         async with asyncio.timeout(timeout_s):
             if settings.db_path.exists():
-                await (await Store.open(settings.db_path)).close()
+                await (await SqliteStore.open(settings.db_path)).close()
                 return f"database {settings.db_path} opens and is migrated"
             with tempfile.TemporaryDirectory(prefix="threadbot-check-") as scratch:
-                await (await Store.open(Path(scratch) / "bot.db")).close()
+                await (await SqliteStore.open(Path(scratch) / "bot.db")).close()
     except StoreError as exc:
         raise ThreadbotError(f"BOT_DATA_DIR: {exc}") from None
     except TimeoutError:
         raise ThreadbotError(f"BOT_DATA_DIR: {settings.db_path} did not open within {timeout_s:g}s") from None
     return f"BOT_DATA_DIR {folder.absolute()} can be written; run will create bot.db there"
+
+
+async def _check_postgres(dsn: str, timeout_s: float) -> str:
+    from bot.migrate import postgres_state  # psycopg is only loaded in cluster mode
+    from bot.store.postgres import describe
+
+    try:
+        async with asyncio.timeout(timeout_s):
+            state = await postgres_state(dsn)
+    except StoreError as exc:
+        raise ThreadbotError(f"BOT_DATABASE_URL: {exc}") from None
+    except TimeoutError:
+        raise ThreadbotError(f"BOT_DATABASE_URL: {describe(dsn)} did not answer within {timeout_s:g}s") from None
+    if state.problem is not None:
+        raise ThreadbotError(f"BOT_DATABASE_URL: PostgreSQL at {state.where}: {state.problem}")
+    return f"PostgreSQL at {state.where} answers; schema version {state.version} is current, procrastinate's is there"
 
 
 def _require_writable(folder: Path) -> None:

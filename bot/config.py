@@ -111,6 +111,7 @@ class Settings(BaseSettings):
     bot_model_idle_timeout_s: float = Field(90, gt=0)
     bot_model_timeout_s: float = Field(600, gt=0)
     bot_data_dir: Path = Path("./data")
+    bot_database_url: SecretStr | None = None  # PostgreSQL: cluster mode; unset: SQLite in BOT_DATA_DIR
     bot_allowed_users: CommaList = ()
     bot_allowed_channels: CommaList = ()
     bot_cancel_reactions: CommaList = ("x", "octagonal_sign")
@@ -182,6 +183,7 @@ class Settings(BaseSettings):
         "bot_heartbeat_channel",
         "bot_metrics_port",
         "bot_mcp_config",
+        "bot_database_url",
         mode="before",
     )
     @classmethod
@@ -199,6 +201,18 @@ class Settings(BaseSettings):
             example = _URL_EXAMPLES[str(info.field_name)]
             raise ValueError(f"{value!r} is not an http(s) URL; it should look like {example}")
         return value.strip()
+
+    @field_validator("bot_database_url")
+    @classmethod
+    def _postgres_url(cls, value: SecretStr | None) -> SecretStr | None:
+        """Only PostgreSQL is spoken; the message never repeats the URL, which may hold a password."""
+        if value is None:
+            return None
+        scheme = urlsplit(value.get_secret_value().strip()).scheme
+        if scheme not in ("postgresql", "postgres"):
+            shown = f"{scheme}://" if scheme else "no scheme"
+            raise ValueError(f"must be a postgresql:// (or postgres://) URL, not {shown}")
+        return SecretStr(value.get_secret_value().strip())
 
     @field_validator("bot_timezone")
     @classmethod
@@ -233,6 +247,11 @@ class Settings(BaseSettings):
     @property
     def db_path(self) -> Path:
         return self.bot_data_dir / "bot.db"
+
+    @property
+    def database_url(self) -> str | None:
+        """The PostgreSQL DSN in cluster mode, None in SQLite mode."""
+        return self.bot_database_url.get_secret_value() if self.bot_database_url is not None else None
 
     @property
     def heartbeat_enabled(self) -> bool:

@@ -3,6 +3,8 @@
 ThreadbotError
 ├── ConfigError        bad configuration; the CLI prints it as one line
 ├── StoreError         the database cannot be opened or migrated
+│   ├── DataDirBusy    another process holds the SQLite database's lock
+│   └── FencedError    this replica was declared dead: its writes are refused
 ├── ModelError         the model request failed after the SDK's own retries
 │   └── ContextOverflow  the request no longer fits the model's context window
 └── ToolInputError     a tool was called with arguments it cannot use
@@ -21,6 +23,14 @@ class ConfigError(ThreadbotError):
 
 class StoreError(ThreadbotError):
     pass
+
+
+class DataDirBusy(StoreError):
+    """The message names the data dir and the other process; the CLI prints it as one line."""
+
+
+class FencedError(StoreError):
+    """The replica's row is gone or no longer alive/stopping: another replica may be taking over its work."""
 
 
 class ModelError(ThreadbotError):

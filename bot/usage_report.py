@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from bot.calls.models import utcnow
 from bot.config import Settings
 from bot.model.prices import Price
-from bot.store import Store
+from bot.store import open_store
 from bot.store.usage import UsageGrouping, UsageRow
 from bot.types import Usage
 
@@ -67,7 +67,7 @@ async def usage_report(settings: Settings, *, since: str, by: str) -> int:
     except ValueError as exc:
         print(f"threadbot usage: {exc}")
         return 2
-    store = await Store.open(settings.db_path)
+    store = await open_store(settings)
     try:
         rows = await store.usage_by(grouping, since=start)
     finally:

@@ -19,6 +19,7 @@ import pytest
 from fakes.anthropic_api import FakeAnthropic
 from fakes.slack_api import FakeSlack
 from slack_sdk.web.async_client import AsyncWebClient
+from store_backends import any_store, pg_dsn, pg_jobs_dsn, store_backend, store_opener
 
 from bot.app import Core, open_core
 from bot.calls.models import CallStatus, ToolCall
@@ -26,6 +27,8 @@ from bot.config import Settings, load_settings
 from bot.model.anthropic import AnthropicProvider
 from bot.types import EngineOutput, ReminderOutcome, ReminderPost, TurnOutcome
 from tools.base import SharedFile
+
+__all__ = ["any_store", "pg_dsn", "pg_jobs_dsn", "store_backend", "store_opener"]  # the back-end fixtures
 
 MODEL = "claude-sonnet-5-5"
 WAIT_S = 10.0

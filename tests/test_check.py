@@ -20,7 +20,7 @@ from test_console import ROOT, run_bot
 from bot import check
 from bot.config import Settings, load_settings
 from bot.errors import ConfigError, ThreadbotError
-from bot.store import Store
+from bot.store import SqliteStore
 
 QUICK_S = 0.5
 """The probe bound in tests of a server that never answers (the real one is 30 s)."""
@@ -209,7 +209,7 @@ async def test_an_existing_database_is_opened(
     good: Callable[..., Settings], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     settings = good(bot_data_dir=tmp_path / "data")
-    await (await Store.open(settings.db_path)).close()
+    await (await SqliteStore.open(settings.db_path)).close()
     assert await check.check_database(settings) == f"database {settings.db_path} opens and is migrated"
 
 

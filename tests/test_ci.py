@@ -52,13 +52,13 @@ def _normal(name: str) -> str:
 
 def test_every_dependency_has_a_floor_and_a_cap() -> None:
     for requirement in _requirements():
-        assert re.fullmatch(r"[A-Za-z0-9_.-]+>=[0-9][^,]*,<[0-9].*", requirement), requirement
+        assert re.fullmatch(r"[A-Za-z0-9_.-]+(\[[a-z,]+\])?>=[0-9][^,]*,<[0-9].*", requirement), requirement
 
 
 def test_the_minimum_versions_file_pins_exactly_the_floors() -> None:
     floors = {}
     for requirement in _requirements():
-        match = re.fullmatch(r"([A-Za-z0-9_.-]+)>=([^,]+),<.*", requirement)
+        match = re.fullmatch(r"([A-Za-z0-9_.-]+)(?:\[[a-z,]+\])?>=([^,]+),<.*", requirement)
         assert match, requirement
         floors[_normal(match.group(1))] = match.group(2)
     pins = {}

@@ -10,6 +10,7 @@ constants the shutdown path waits on, so raising one of them without the deploy 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import re
 import shutil
@@ -19,18 +20,26 @@ import sys
 import tomllib
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from aiohttp import web
 
 from bot import app as core_app
+from bot.__main__ import build_parser
 from bot.agent import engine
 from bot.calls import registry
+from bot.cluster import link
+from bot.cluster.jobs import ThreadJobs
+from bot.cluster.node import ClusterSettings
+from bot.config import Settings
 from bot.schedule import scheduler
 from bot.slack import daemon
 from bot.slack.metrics import Metrics
+from bot.store import postgres
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+README = DEPLOY.parent / "README.md"
 AIOHTTP_WS_CLOSE_S = 10.0  # aiohttp's default for a websocket's close handshake (ClientWSTimeout.ws_close)
 
 
@@ -197,6 +206,143 @@ def test_compose_waits_longer_than_the_worst_case_stop_and_limits_logs() -> None
     assert service["logging"]["options"]["max-size"]
     assert int(service["logging"]["options"]["max-file"]) >= 1
     assert service["restart"] == "unless-stopped"
+
+
+# --- compose, several replicas ----------------------------------------------------------------------------------
+
+REPLICAS = ("threadbot-1", "threadbot-2", "threadbot-3")
+HARDENING = ("env_file", "restart", "stop_grace_period", "read_only", "cap_drop", "security_opt", "logging")
+
+
+def _cluster() -> dict[str, Any]:
+    services = _compose("compose.cluster.yml")["services"]
+    assert isinstance(services, dict)
+    return services
+
+
+def test_cluster_compose_migrates_a_healthy_postgres_before_three_replicas() -> None:
+    services = _cluster()
+    assert set(services) == {"postgres", "migrate", *REPLICAS}
+    database = services["postgres"]
+    assert database["image"] == "postgres:15"
+    assert "pg_isready" in " ".join(database["healthcheck"]["test"])
+    assert [volume.split(":")[1] for volume in database["volumes"]] == ["/var/lib/postgresql/data"]
+    assert "ports" not in database, "only the compose network reaches PostgreSQL"
+    migrate = services["migrate"]
+    assert migrate["command"] == ["migrate"]
+    assert migrate["depends_on"] == {"postgres": {"condition": "service_healthy"}}
+    assert migrate["restart"] == "no", "a one-shot: restarting it would rerun it forever"
+    for name in REPLICAS:
+        assert services[name]["depends_on"] == {"migrate": {"condition": "service_completed_successfully"}}
+        assert "command" not in services[name], "the image's CMD is `run`"
+
+
+def test_cluster_replicas_point_at_the_postgres_service() -> None:
+    services = _cluster()
+    database = services["postgres"]["environment"]
+    for name in ("migrate", *REPLICAS):
+        environment = services[name]["environment"]
+        assert set(environment) <= {field.upper() for field in Settings.model_fields}, environment
+        url = urlsplit(environment["BOT_DATABASE_URL"])
+        assert (url.scheme, url.hostname, url.port) == ("postgresql", "postgres", 5432)
+        assert (url.username, url.password) == (database["POSTGRES_USER"], database["POSTGRES_PASSWORD"])
+        assert url.path == f"/{database['POSTGRES_DB']}"
+
+
+def test_cluster_replicas_are_hardened_like_the_single_daemon() -> None:
+    single = _compose("compose.yml")["services"]["threadbot"]
+    services = _cluster()
+    metrics_port = env_of(dockerfile())["BOT_METRICS_PORT"]
+    host_ports = set()
+    for name in REPLICAS:
+        service = services[name]
+        assert {key: service[key] for key in HARDENING} == {key: single[key] for key in HARDENING}, name
+        assert _seconds(service["stop_grace_period"]) > worst_case_stop_s()
+        assert "/tmp" in service["tmpfs"] and "init" not in service
+        assert service["environment"]["BOT_METRICS_PORT"] == metrics_port
+        [port] = service["ports"]
+        loopback, host_port, container_port = port.split(":")
+        assert (loopback, container_port) == ("127.0.0.1", metrics_port), "only the metrics port, on loopback"
+        host_ports.add(host_port)
+    assert len(host_ports) == len(REPLICAS), "each replica needs its own host port"
+    migrate = services["migrate"]
+    assert {key: migrate[key] for key in HARDENING if key != "restart"} == {
+        key: single[key] for key in HARDENING if key != "restart"
+    }
+
+
+def test_cluster_replicas_share_one_data_dir_for_heartbeat_md() -> None:
+    """/data under a read-only root is one volume for all: a heartbeat tick runs on whichever replica claims
+    it, and reads HEARTBEAT.md from its BOT_DATA_DIR, so every replica must see the same file."""
+    services = _cluster()
+    data_dir = env_of(dockerfile())["BOT_DATA_DIR"]
+    for name in ("migrate", *REPLICAS):
+        service = services[name]
+        assert service["environment"]["BOT_DATA_DIR"] == data_dir
+        assert service["volumes"] == [f"threadbot-data:{data_dir}"], name
+    assert set(_compose("compose.cluster.yml")["volumes"]) == {"postgres-data", "threadbot-data"}
+
+
+def _cluster_section() -> str:
+    match = re.search(r"^## Running several replicas\n(.*?)(?=^## )", README.read_text(), re.MULTILINE | re.DOTALL)
+    assert match, "the README has no `## Running several replicas` section"
+    return match.group(1)
+
+
+def _subcommands() -> set[str]:
+    [commands] = [action for action in build_parser()._actions if action.choices and action.dest == "command"]
+    assert isinstance(commands.choices, dict)
+    return set(commands.choices)
+
+
+def test_readme_documents_the_cluster_compose_file() -> None:
+    section = _cluster_section()
+    assert "docker compose -f deploy/compose.cluster.yml up -d" in section
+    for name in _cluster():
+        assert f"`{name}`" in section, name
+    for volume in _compose("compose.cluster.yml")["volumes"]:
+        assert f"`{volume}`" in section, volume
+    for name in REPLICAS:
+        port = _cluster()[name]["ports"][0].split(":")[1]
+        assert port in section, (name, port)
+
+
+def test_readme_variables_of_the_cluster_section_exist() -> None:
+    named = set(re.findall(r"\b(?:BOT|SLACK|ANTHROPIC)_[A-Z_]+\b", _cluster_section()))
+    assert "BOT_DATABASE_URL" in named
+    assert named <= {field.upper() for field in Settings.model_fields}, named
+
+
+def test_readme_commands_of_the_cluster_section_exist() -> None:
+    named = set(re.findall(r"\bthreadbot (\w+)", _cluster_section()))
+    assert {"migrate", "run"} <= named
+    assert named <= _subcommands(), named
+
+
+def test_readme_figures_of_the_cluster_section_are_the_codes() -> None:
+    """Each number the section gives an operator, built from the constant it comes from."""
+    section = " ".join(_cluster_section().split())
+    defaults = ClusterSettings()
+    keepalives = link.KEEPALIVES
+    assert postgres.CONNECTION_KWARGS["keepalives_idle"] == keepalives["keepalives_idle"]
+    jobs_pool = inspect.signature(ThreadJobs.__init__).parameters["pool_max"].default
+    assert jobs_pool == postgres.POOL_MAX_SIZE, "the section says both pools hold the same number"
+    phrases = [
+        f"lease in the `replicas` table every {defaults.heartbeat_s:g} s",
+        f"one silent for {defaults.lease_s:g} s is dead",
+        f"every {defaults.backstop_s:g} s a backstop",
+        f"up to {defaults.concurrency} turns at once per replica",
+        f"two pools of up to {postgres.POOL_MAX_SIZE} connections",
+        f"idle {keepalives['keepalives_idle']} s, then {keepalives['keepalives_count']} probes "
+        f"{keepalives['keepalives_interval']} s apart",
+    ]
+    assert [phrase for phrase in phrases if phrase not in section] == []
+
+
+def test_readme_quotes_runs_refusal_without_procrastinates_schema() -> None:
+    refusal = "has no procrastinate schema (procrastinate_jobs): run `threadbot migrate`"
+    assert refusal in Path(postgres.__file__).read_text()
+    assert refusal in _cluster_section()
 
 
 # --- systemd ----------------------------------------------------------------------------------------------------

@@ -114,7 +114,9 @@ async def test_a_long_answer_is_uploaded_as_a_file_with_a_preview(world: World) 
     if shown:  # the stream outlasted the first post's wait (a loaded machine): its start is shown, sealed
         [start] = shown
         assert answer.startswith(start.text.rstrip()) and start.text.startswith("Finding 0: detail0-0")
-        assert post.text == f"📎 The answer goes on; the whole of it ({len(answer):,} characters) is in the attached file."
+        assert (
+            post.text == f"📎 The answer goes on; the whole of it ({len(answer):,} characters) is in the attached file."
+        )
     else:
         assert post.text.startswith("Finding 0: detail0-0") and len(post.text) < 1_000
         assert post.text.endswith(f"📎 The whole answer ({len(answer):,} characters) is in the attached file.")

@@ -53,9 +53,8 @@ class Daemon:
     log_path: Path | None = None
     runs: int = 0
 
-    async def start(self) -> None:
-        self.runs += 1
-        self.log_path = self.data_dir / f"daemon-{self.runs}.log"
+    def environ(self) -> dict[str, str]:
+        """The process environment: the fakes, the data dir and `env`, nothing of the developer's shell."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("BOT_", "SLACK_", "ANTHROPIC_"))}
         env.update(
             PYTHONPATH=str(ROOT),
@@ -66,11 +65,15 @@ class Daemon:
             ANTHROPIC_API_KEY="test",
             BOT_DATA_DIR=str(self.data_dir),
         )
-        env.update(self.env)
+        return env | self.env
+
+    async def start(self) -> None:
+        self.runs += 1
+        self.log_path = self.data_dir / f"daemon-{self.runs}.log"
         args = ["--port", str(self.port)] if self.port is not None else []
         with self.log_path.open("wb") as log:
             self.process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "bot", "run", *args, cwd=self.data_dir, env=env, stdout=log, stderr=log
+                sys.executable, "-m", "bot", "run", *args, cwd=self.data_dir, env=self.environ(), stdout=log, stderr=log
             )
 
     async def connected(self, total: int = 1) -> None:

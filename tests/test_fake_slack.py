@@ -4,19 +4,33 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 import pytest
-from fakes.slack_api import FakeSlack, event_callback_body, signed_event_request, signed_interactive_request
+from fakes.slack_api import (
+    MAX_EVENT_RETRIES,
+    MAX_SOCKET_CONNECTIONS,
+    FakeSlack,
+    event_callback_body,
+    signed_event_request,
+    signed_interactive_request,
+)
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.context.respond.async_respond import AsyncRespond
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.signature import SignatureVerifier
+from slack_sdk.socket_mode.aiohttp import SocketModeClient
+from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
+from slack_sdk.socket_mode.request import SocketModeRequest
+from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
 
@@ -364,3 +378,192 @@ async def test_get_requests_and_raw_http(slack: FakeSlack) -> None:
         async with session.post(f"{slack.api_url}auth.test", data={"token": "xoxb-t"}) as resp:
             assert (await resp.json())["ok"] is True
     assert [c.http_method for c in slack.calls] == ["GET", "POST"] and slack.calls[1].token == "xoxb-t"
+
+
+# --- several Socket Mode clients: what a cluster of replicas sees ------------------------------------------------
+
+
+class Replica:
+    """One replica's Socket Mode client (slack_sdk's own), recording what it receives; acks unless ``acking`` is
+    off (a replica that dies before its commit)."""
+
+    def __init__(self, slack: FakeSlack, *, acking: bool = True) -> None:
+        web = AsyncWebClient(base_url=slack.api_url)
+        self.client = SocketModeClient(app_token="xapp-test", web_client=web, ping_interval=1)
+        self.client.socket_mode_request_listeners.append(self._on_request)
+        self.acking = acking
+        self.received: list[SocketModeRequest] = []
+
+    async def _on_request(self, client: AsyncBaseSocketModeClient, request: SocketModeRequest) -> None:
+        self.received.append(request)
+        if self.acking:
+            await client.send_socket_mode_response(SocketModeResponse(envelope_id=request.envelope_id))
+
+    async def close(self) -> None:
+        await self.client.close()  # type: ignore[no-untyped-call]
+
+
+@pytest.fixture
+async def replicas(slack: FakeSlack) -> AsyncIterator[Callable[..., Awaitable[Replica]]]:
+    """Connects replicas one after the other (session ids 1, 2, ...); all closed before the fake stops."""
+    opened: list[Replica] = []
+
+    async def connect_one(*, acking: bool = True) -> Replica:
+        replica = Replica(slack, acking=acking)
+        opened.append(replica)
+        await replica.client.connect()  # type: ignore[no-untyped-call]
+        await slack.wait_for(lambda: len(slack.open_connections) == len(opened), 10, f"{len(opened)} sessions")
+        return replica
+
+    try:
+        yield connect_one
+    finally:
+        await asyncio.gather(*(r.close() for r in opened))
+
+
+async def send_events(slack: FakeSlack, count: int) -> list[str]:
+    """``count`` messages, one after the other; returns their event_ids."""
+    envelopes = [await slack.send_event(slack.user_message("C1", f"m{i}")) for i in range(count)]
+    return [str(next(e.event_id for e in slack.envelopes if e.envelope_id == env)) for env in envelopes]
+
+
+async def test_each_envelope_goes_to_one_random_open_connection(
+    slack: FakeSlack, replicas: Callable[..., Awaitable[Replica]]
+) -> None:
+    slack.routing, slack.rng, slack.redeliver_after_s = "random", random.Random(7), None
+    three = [await replicas() for _ in range(3)]
+    await send_events(slack, 30)
+    await slack.wait_for(lambda: len(slack.acks) == 30, 10, "30 acks")
+
+    expected = random.Random(7)
+    assert [e.connection_id for e in slack.envelopes] == [expected.choice([1, 2, 3]) for _ in range(30)]
+    per_connection = slack.deliveries_per_connection()
+    assert sorted(per_connection) == [1, 2, 3] and sum(per_connection.values()) == 30
+    assert [len(r.received) for r in three] == [per_connection[i] for i in (1, 2, 3)]  # each envelope once
+    assert {r.envelope_id for replica in three for r in replica.received} == {e.envelope_id for e in slack.envelopes}
+    assert all(slack.acked_by(e.envelope_id) == e.connection_id for e in slack.envelopes)
+    assert slack.redeliveries == [] and slack.abandoned == []
+
+
+async def test_unacked_events_are_retried_three_times_then_given_up(
+    slack: FakeSlack, replicas: Callable[..., Awaitable[Replica]]
+) -> None:
+    slack.routing, slack.redeliver_after_s = "random", 0.2
+    deaf = [await replicas(acking=False) for _ in range(2)]
+    [event_id] = await send_events(slack, 1)
+    clicked = await slack.send_interactive(slack.block_action("C1", slack.messages("C1")[0].ts, "cancel"))
+    await slack.wait_for(lambda: slack.abandoned, 10, "Slack giving up")
+
+    chain = slack.envelopes_of(event_id)
+    assert [e.retry_attempt for e in chain] == list(range(MAX_EVENT_RETRIES + 1))
+    assert [e.body["retry_reason"] for e in chain] == ["", "timeout", "timeout", "timeout"]
+    assert len({e.envelope_id for e in chain}) == 4 and slack.abandoned == [event_id]
+    assert [(r.event_id, r.attempt, r.cause) for r in slack.redeliveries] == [
+        (event_id, n, "timeout") for n in (1, 2, 3)
+    ]
+    seen = sorted(
+        (r.retry_attempt, r.retry_reason) for replica in deaf for r in replica.received if r.type == "events_api"
+    )
+    assert seen == [(0, ""), (1, "timeout"), (2, "timeout"), (3, "timeout")]  # as slack_sdk parses them
+    # The click came before the event and was never acked either, yet it was sent once: Slack never retries those.
+    assert [e.envelope_id for e in slack.envelopes if e.type == "interactive"] == [clicked]
+
+
+async def test_what_a_dying_replica_never_acked_is_redelivered_to_another(
+    slack: FakeSlack, replicas: Callable[..., Awaitable[Replica]]
+) -> None:
+    slack.routing, slack.rng, slack.redeliver_after_s = "random", random.Random(5), 0.3
+    dying, alive = await replicas(acking=False), await replicas()
+    event_ids = await send_events(slack, 10)
+    await dying.close()  # died before acking what it got
+    await slack.wait_for(lambda: all(slack.event_acked(e) for e in event_ids), 10, "every event acked")
+
+    lost = {e.event_id for e in slack.envelopes if e.connection_id == 1}  # read or not, none of them was acked
+    assert lost and {r.payload["event_id"] for r in alive.received} == set(event_ids) and slack.abandoned == []
+    for event_id in event_ids:
+        chain = slack.envelopes_of(event_id)
+        assert [e.retry_attempt for e in chain] == list(range(len(chain)))
+        assert [slack.acked_by(e.envelope_id) for e in chain] == [None] * (len(chain) - 1) + [2]
+        assert (len(chain) > 1) == (event_id in lost)
+    assert len(slack.redeliveries) == sum(len(slack.envelopes_of(e)) - 1 for e in event_ids)
+
+
+async def test_a_late_ack_gets_a_retry_that_bolt_sees_as_retry_num(
+    slack: FakeSlack, socket_app: tuple[AsyncApp, AsyncSocketModeHandler]
+) -> None:
+    """A replica slow to ack (its commit took too long): Slack sends the event again, which bolt hands on with
+    the ``x-slack-retry-num``/``x-slack-retry-reason`` headers; once either envelope is acked, retries stop."""
+    app, handler = socket_app
+    slack.redeliver_after_s = 0.2
+    retried = asyncio.Event()
+    seen: list[tuple[str | None, str | None]] = []
+
+    @app.middleware
+    async def slow_first_ack(
+        req: AsyncBoltRequest, resp: BoltResponse, next: Callable[[], Awaitable[BoltResponse]]
+    ) -> BoltResponse:
+        headers = {k: v[0] for k, v in req.headers.items()}
+        seen.append((headers.get("x-slack-retry-num"), headers.get("x-slack-retry-reason")))
+        if headers.get("x-slack-retry-num") == "0":
+            await retried.wait()  # held until Slack has sent the retry
+        else:
+            retried.set()
+        return await next()
+
+    app.event("message")(noop_listener)
+    await connect(handler)
+    [event_id] = await send_events(slack, 1)
+    await slack.wait_for(lambda: len(slack.acks) == 2, 10, "both envelopes acked")
+    assert seen == [("0", ""), ("1", "timeout")]
+    assert [e.retry_attempt for e in slack.envelopes_of(event_id)] == [0, 1]
+    assert [r.cause for r in slack.redeliveries] == ["timeout"] and slack.abandoned == []
+
+
+async def test_redeliver_fraction_sends_acked_events_twice(
+    slack: FakeSlack, replicas: Callable[..., Awaitable[Replica]]
+) -> None:
+    slack.routing, slack.rng, slack.redeliver_after_s, slack.redeliver_fraction = "random", random.Random(3), None, 0.2
+    three = [await replicas() for _ in range(3)]
+    event_ids = await send_events(slack, 100)
+    await slack.wait_for(lambda: not slack.unacked(), 10, "every envelope acked")
+
+    draws = random.Random(3)  # the fake's draws, replayed: no scheduling can change which events are sent twice
+
+    def drawn_twice() -> bool:
+        draws.choice([1, 2, 3])  # the first delivery's session
+        if draws.random() >= 0.2:
+            return False
+        draws.choice([1, 2, 3])  # the duplicate's session
+        return True
+
+    expected = [drawn_twice() for _ in range(100)]
+    twice = {r.event_id for r in slack.redeliveries}
+    assert [event_id in twice for event_id in event_ids] == expected and 10 <= len(twice) <= 30
+    for event_id in event_ids:
+        assert [e.retry_attempt for e in slack.envelopes_of(event_id)] == ([0, 1] if event_id in twice else [0])
+    assert {r.cause for r in slack.redeliveries} == {"duplicate"} and len(slack.redeliveries) == len(twice)
+    received = [r.payload["event_id"] for replica in three for r in replica.received]
+    assert len(received) == len(slack.acks) == 100 + len(twice) and set(received) == set(event_ids)
+
+
+async def test_the_eleventh_connection_is_refused_with_too_many_websockets(
+    slack: FakeSlack, replicas: Callable[..., Awaitable[Replica]]
+) -> None:
+    slack.routing = "random"
+    ten = [await replicas() for _ in range(MAX_SOCKET_CONNECTIONS)]
+    eleventh = Replica(slack)
+    knocking = asyncio.create_task(eleventh.client.connect())  # type: ignore[no-untyped-call]
+    try:
+        await slack.wait_for(lambda: len(slack.refused_connections) >= 2, 10, "the 11th refused, and retrying")
+        assert {r.reason for r in slack.refused_connections} == {"too_many_websockets"}
+        assert len(slack.open_connections) == MAX_SOCKET_CONNECTIONS and len(slack.connections) == 10
+        await send_events(slack, 20)
+        await slack.wait_for(lambda: len(slack.acks) == 20, 10, "20 acks")
+        assert eleventh.received == [] and sum(len(r.received) for r in ten) == 20
+
+        await ten[0].close()  # a replica leaves: slack_sdk's reconnect loop gets the 11th in
+        await slack.wait_for(lambda: len(slack.connections) == 11 and slack.connections[-1].open, 10, "the 11th in")
+        assert len(slack.open_connections) == MAX_SOCKET_CONNECTIONS
+    finally:
+        await eleventh.close()
+        await knocking

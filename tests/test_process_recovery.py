@@ -17,7 +17,7 @@ from conftest import CoreFactory
 
 from bot.calls import process_groups
 from bot.calls.models import CallStatus, ToolCall
-from bot.store import ProcessGroupRecord, Store
+from bot.store import ProcessGroupRecord, SqliteStore
 
 KEY = "test:procs"
 DEAD_OWNER = "999999999:gone"
@@ -38,7 +38,7 @@ async def stray() -> AsyncIterator[asyncio.subprocess.Process]:
 
 async def _record(data_dir: Path, pgid: int, *, leader: str | None, owner: str | None) -> None:
     """What a daemon wrote before it died: a running call and the group it started."""
-    store = await Store.open(data_dir / "bot.db")
+    store = await SqliteStore.open(data_dir / "bot.db")
     try:
         await store.ensure_session(KEY)
         call = ToolCall("toolu_stray", KEY, f"{KEY}#1", "run_command", {"command": "sleep 600"})

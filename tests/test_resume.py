@@ -15,7 +15,7 @@ from fakes.anthropic_api import FakeAnthropic, Reply, text, tool_results, tool_u
 
 from bot.agent.engine import GIVE_UP_NOTICE, MAX_RESUMES, RESTART_NOTICE
 from bot.calls.models import CallStatus, ToolCall, utcnow
-from bot.store import Store
+from bot.store import SqliteStore, Store
 
 KEY = "slack:T1:C1:1.0"
 
@@ -151,7 +151,7 @@ async def test_a_shutdown_mid_answer_leaves_the_question_owed(
 
 async def first_history(path: Path, key: str = KEY) -> list[dict[str, object]]:
     """The stored conversation, read after the core that wrote it closed."""
-    store = await Store.open(path)
+    store = await SqliteStore.open(path)
     try:
         return await store.load_messages(key)
     finally:

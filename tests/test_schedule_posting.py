@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -43,13 +41,10 @@ class FlakyEdge:
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    opened = await Store.open(tmp_path / "bot.db")
-    await opened.ensure_session(KEY, {"requester": "U1"})
-    try:
-        yield opened
-    finally:
-        await opened.close()
+async def store(any_store: Store) -> Store:
+    """Once per back end (SQLite, PostgreSQL): owed reminder posts are store state like any other."""
+    await any_store.ensure_session(KEY, {"requester": "U1"})
+    return any_store
 
 
 async def claimed(store: Store, text: str = "stand-up") -> ReminderPost:

@@ -20,7 +20,7 @@ from schedule_support import FakeClock, FakeWaker, Fires, texts
 
 from bot.calls.models import utcnow
 from bot.schedule import Scheduler
-from bot.store import ReminderKind, ReminderStatus, Store
+from bot.store import ReminderKind, ReminderStatus, SqliteStore, Store
 from bot.types import ReminderOutcome, ReminderPost
 
 KEY, OTHER = "test:sched", "test:other"
@@ -32,7 +32,7 @@ Factory = Callable[..., Scheduler]
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    opened = await Store.open(tmp_path / "bot.db")
+    opened = await SqliteStore.open(tmp_path / "bot.db")
     await opened.ensure_session(KEY, {"requester": "U123"})
     await opened.ensure_session(OTHER)
     try:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
+from store_backends import StoreOpener
 
 from bot.store import NewReminder, ReminderKind, ReminderStatus, Store
 
@@ -16,14 +15,11 @@ DUE = datetime(2026, 5, 1, 7, tzinfo=UTC)
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    opened = await Store.open(tmp_path / "bot.db")
-    await opened.ensure_session(A, {"requester": "U1"})
-    await opened.ensure_session(B)
-    try:
-        yield opened
-    finally:
-        await opened.close()
+async def store(any_store: Store) -> Store:
+    """Once per back end (SQLite, PostgreSQL): the reminder half of the store's contract."""
+    await any_store.ensure_session(A, {"requester": "U1"})
+    await any_store.ensure_session(B)
+    return any_store
 
 
 def one_shot(key: str = A, due: datetime = DUE, text: str = "stand-up") -> NewReminder:
@@ -117,14 +113,10 @@ async def test_cancel_only_in_its_own_session(store: Store) -> None:
     assert await store.claim_reminder(reminder.id, due_at=DUE, outcome=ReminderStatus.FIRED) is None
 
 
-async def test_rows_survive_reopening(tmp_path: Path) -> None:
-    path = tmp_path / "bot.db"
-    first = await Store.open(path)
+async def test_rows_survive_reopening(store_opener: StoreOpener) -> None:
+    first = await store_opener()
     await first.ensure_session(A)
     added = await first.add_reminder(one_shot())
-    await first.close()
-    second = await Store.open(path)
-    try:
-        assert await second.pending_reminders() == [added]
-    finally:
-        await second.close()
+    await store_opener.close(first)
+    second = await store_opener()
+    assert await second.pending_reminders() == [added]

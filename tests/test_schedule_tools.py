@@ -19,7 +19,7 @@ from bot.schedule import Scheduler
 from bot.schedule.reminder_tools import reminder_tools
 from bot.schedule.wait_tools import wait_tools
 from bot.schedule.zones import Zones
-from bot.store import ReminderKind, ReminderStatus, Store
+from bot.store import ReminderKind, ReminderStatus, SqliteStore, Store
 from tools.base import ToolContext, ToolError
 
 A, B = "test:alice", "test:bob"
@@ -48,7 +48,7 @@ class Kit:
 
 @pytest.fixture
 async def kit(tmp_path: Path) -> AsyncIterator[Kit]:
-    store = await Store.open(tmp_path / "bot.db")
+    store = await SqliteStore.open(tmp_path / "bot.db")
     await store.ensure_session(A, {"requester": "UALICE"})
     await store.ensure_session(B, {"requester": "UBOB"})
     clock = FakeClock(NOW)

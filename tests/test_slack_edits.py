@@ -352,3 +352,14 @@ async def test_among_finals_the_oldest_final_goes_first(
     release.set()
     await edits_.idle(5)
     assert [call.params["ts"] for call in updates(slack)][1:] == [early, late]
+
+
+async def test_a_replica_spends_its_share_of_the_workspace_budget(client: AsyncWebClient) -> None:
+    clock = [100.0]
+    edits_ = EditScheduler(client, per_minute=60, burst=1, clock=lambda: clock[0])
+    edits_.share_budget(3)  # three live replicas: 20 a minute each
+    bucket = edits_._bucket
+    bucket.take(clock[0])
+    assert bucket.wait_s(clock[0]) == pytest.approx(3.0)
+    edits_.share_budget(1)  # alone again: the whole budget
+    assert bucket.wait_s(clock[0]) == pytest.approx(1.0)

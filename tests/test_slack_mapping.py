@@ -23,7 +23,7 @@ from bot.config import load_settings
 from bot.slack.events import MessageRouter
 from bot.slack.filters import classify, session_key
 from bot.slack.metrics import Metrics
-from bot.store import Store
+from bot.store import SqliteStore
 
 BOT = "UBOT"
 ROOTS = ("100.000001", "200.000002")
@@ -133,7 +133,7 @@ def test_twins_and_redeliveries_map_to_their_thread(order: list[tuple[Message, d
 @given(deliveries())
 async def test_each_message_is_claimed_once_by_the_right_session(order: list[tuple[Message, dict[str, Any]]]) -> None:
     with tempfile.TemporaryDirectory() as directory:
-        store = await Store.open(Path(directory) / "bot.db")
+        store = await SqliteStore.open(Path(directory) / "bot.db")
         try:
             engine = RecordingEngine()
             router = MessageRouter(

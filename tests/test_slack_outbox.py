@@ -18,7 +18,7 @@ from bot.slack.journal import FinalJournal
 from bot.slack.outbox import marker
 from bot.slack.output import SlackEdge
 from bot.slack.posts import PostQueue
-from bot.store import OwedEdit, Store
+from bot.store import OwedEdit, SqliteStore, Store
 from bot.types import TurnOutcome
 
 KEY = "slack:T1:C1:100.000000"
@@ -60,7 +60,7 @@ async def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[
     monkeypatch.setattr(outbox_module, "RETRY_BASE_S", 0.2)
     async with FakeSlack() as slack:
         client = AsyncWebClient(token="xoxb-test", base_url=slack.api_url)
-        store = await Store.open(tmp_path / "bot.db")
+        store = await SqliteStore.open(tmp_path / "bot.db")
         root = slack.user_message("C1", "<@UBOT> hi", user="U1")["ts"]
         address = {"edge": "slack", "team": "T1", "channel": "C1", "thread_ts": root, "requester": "U1"}
         await store.ensure_session(KEY, address)

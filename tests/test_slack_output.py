@@ -16,7 +16,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.calls.models import CallStatus, ProgressKind, ToolCall, utcnow
 from bot.slack.edits import EditScheduler
 from bot.slack.output import SlackEdge
-from bot.store import Store
+from bot.store import SqliteStore, Store
 from bot.types import ReminderOutcome, ReminderPost, TurnOutcome
 
 KEY = "slack:T1:C1:100.000000"
@@ -46,7 +46,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
         client = AsyncWebClient(token="xoxb-test", base_url=slack.api_url)
         edits = EditScheduler(client, per_minute=6000, burst=100, min_interval_s=0.01)
         await edits.start()
-        store = await Store.open(tmp_path / "bot.db")
+        store = await SqliteStore.open(tmp_path / "bot.db")
         edge = SlackEdge(client, edits, team_id="T1", first_post_wait_s=0.0)
         edge.attach(store)
         root = slack.user_message("C1", "<@UBOT> hi", user="U1")["ts"]
@@ -81,7 +81,7 @@ async def test_a_quick_answer_is_posted_whole_without_edits(tmp_path: Path) -> N
         client = AsyncWebClient(token="xoxb-test", base_url=slack.api_url)
         edits = EditScheduler(client)
         await edits.start()
-        store = await Store.open(tmp_path / "bot.db")
+        store = await SqliteStore.open(tmp_path / "bot.db")
         try:
             edge = SlackEdge(client, edits, first_post_wait_s=30.0)
             edge.attach(store)

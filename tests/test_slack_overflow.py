@@ -12,7 +12,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.edits import EditScheduler
 from bot.slack.output import SlackEdge
-from bot.store import Store
+from bot.store import SqliteStore, Store
 from tools.base import SharedFile
 
 KEY = "slack:T1:C1:100.000000"
@@ -38,7 +38,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
         client = AsyncWebClient(token="xoxb-test", base_url=slack.api_url)
         edits = EditScheduler(client, per_minute=6000, burst=100, min_interval_s=0.01)
         await edits.start()
-        store = await Store.open(tmp_path / "bot.db")
+        store = await SqliteStore.open(tmp_path / "bot.db")
         root = slack.user_message("C1", "<@UBOT> hi", user="U1")["ts"]
         address = {"edge": "slack", "team": "T1", "channel": "C1", "thread_ts": root, "requester": "U1"}
         await store.ensure_session(KEY, address)

@@ -1,4 +1,5 @@
-"""The SQLite store: persistence, migrations, dedup, concurrency and the one-way call status."""
+"""The store's contract on both back ends (persistence, dedup, concurrency, the one-way call status),
+and SQLite's own file handling and migrations."""
 
 from __future__ import annotations
 
@@ -7,16 +8,16 @@ import os
 import random
 import re
 import sqlite3
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from store_backends import StoreOpener
 
 from bot.calls.models import CallStatus, ProgressKind, ToolCall
 from bot.errors import StoreError
-from bot.store import SessionRecord, Store, schema
+from bot.store import SessionRecord, SqliteStore, Store, schema
 
 KEY = "slack:T1:C1:1700000000.000100"
 
@@ -27,12 +28,9 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def store(db_path: Path) -> AsyncIterator[Store]:
-    opened = await Store.open(db_path)
-    try:
-        yield opened
-    finally:
-        await opened.close()
+def store(any_store: Store) -> Store:
+    """Every test taking `store` runs once per back end (SQLite, PostgreSQL): the store's contract."""
+    return any_store
 
 
 def make_call(call_id: str, key: str = KEY, **fields: object) -> ToolCall:
@@ -52,14 +50,14 @@ def read_sql(path: Path, sql: str) -> list[tuple[object, ...]]:
 
 
 async def test_open_creates_parent_directory_and_sets_wal(db_path: Path) -> None:
-    store = await Store.open(db_path)
+    store = await SqliteStore.open(db_path)
     await store.close()
     assert read_sql(db_path, "PRAGMA journal_mode") == [("wal",)]
     assert read_sql(db_path, "PRAGMA user_version") == [(len(schema.MIGRATIONS),)]
 
 
-async def test_everything_survives_close_and_reopen(db_path: Path) -> None:
-    store = await Store.open(db_path)
+async def test_everything_survives_close_and_reopen(store_opener: StoreOpener) -> None:
+    store = await store_opener()
     await store.ensure_session(KEY, {"channel": "C1", "thread_ts": "1700000000.000100"})
     await store.update_address(KEY, {"requester": "U1"})
     assert await store.next_turn(KEY) == 1
@@ -73,32 +71,55 @@ async def test_everything_survives_close_and_reopen(db_path: Path) -> None:
     call.add_progress(ProgressKind.LOG, "line 1")
     await store.save_call(call)
     assert await store.claim_event("Ev1")
-    await store.close()
+    await store_opener.close(store)
 
-    store = await Store.open(db_path)
+    store = await store_opener()
+    session = await store.get_session(KEY)
+    assert session is not None
+    assert session.address == {"channel": "C1", "thread_ts": "1700000000.000100", "requester": "U1"}
+    assert session.turn_count == 1
+    assert session.created_at.tzinfo is not None
+    assert await store.resolve("slack:T1:C1:1700000001.000200") == KEY
+    assert await store.load_messages(KEY) == messages
+    loaded = await store.load_call("toolu_1")
+    assert loaded is not None
+    assert loaded.to_record() == call.to_record()
+    assert not await store.claim_event("Ev1")
+    assert await store.next_turn(KEY) == 2
+
+
+async def test_a_version_4_file_gains_the_replica_column_and_keeps_its_calls(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:4])
+    old = await SqliteStore.open(db_path)
+    await old.ensure_session(KEY)
+    monkeypatch.undo()
+    await old.close()
+    conn = sqlite3.connect(db_path)
+    conn.execute(
+        "INSERT INTO tool_calls (id, session_key, turn_id, tool_name, input, status, created_at)"
+        " VALUES ('toolu_1', ?, 't', 'shell', '{}', 'running', '2024-01-01T00:00:00.000000+00:00')",
+        (KEY,),
+    )
+    conn.commit()
+    conn.close()
+    assert "replica" not in {row[1] for row in read_sql(db_path, "PRAGMA table_info(tool_calls)")}
+    store = await SqliteStore.open(db_path)
     try:
-        session = await store.get_session(KEY)
-        assert session is not None
-        assert session.address == {"channel": "C1", "thread_ts": "1700000000.000100", "requester": "U1"}
-        assert session.turn_count == 1
-        assert session.created_at.tzinfo is not None
-        assert await store.resolve("slack:T1:C1:1700000001.000200") == KEY
-        assert await store.load_messages(KEY) == messages
-        loaded = await store.load_call("toolu_1")
-        assert loaded is not None
-        assert loaded.to_record() == call.to_record()
-        assert not await store.claim_event("Ev1")
-        assert await store.next_turn(KEY) == 2
+        assert [c.id for c in await store.orphan_open_calls()] == ["toolu_1"]
     finally:
         await store.close()
+    assert read_sql(db_path, "SELECT replica FROM tool_calls") == [(None,)]
+    assert read_sql(db_path, "PRAGMA user_version") == [(len(schema.MIGRATIONS),)]
 
 
 async def test_reopening_does_not_rerun_migrations(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    await (await Store.open(db_path)).close()
+    await (await SqliteStore.open(db_path)).close()
     extra = "CREATE TABLE IF NOT EXISTS runs (n INTEGER); INSERT INTO runs VALUES (1);"
     monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, extra])
     for _ in range(3):
-        await (await Store.open(db_path)).close()
+        await (await SqliteStore.open(db_path)).close()
     assert read_sql(db_path, "SELECT count(*) FROM runs") == [(1,)]
     assert read_sql(db_path, "PRAGMA user_version") == [(len(schema.MIGRATIONS),)]  # the extra one included
 
@@ -106,20 +127,20 @@ async def test_reopening_does_not_rerun_migrations(db_path: Path, monkeypatch: p
 async def test_failed_migration_raises_and_keeps_last_good_version(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    await (await Store.open(db_path)).close()
+    await (await SqliteStore.open(db_path)).close()
     good = len(schema.MIGRATIONS)
     monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, "CREATE TABLE half (x); THIS IS NOT SQL;"])
     with pytest.raises(StoreError, match=rf"cannot open database at .*: migration {good + 1} failed"):
-        await Store.open(db_path)
+        await SqliteStore.open(db_path)
     assert read_sql(db_path, "PRAGMA user_version") == [(good,)]
     assert read_sql(db_path, "SELECT name FROM sqlite_master WHERE name = 'half'") == []
 
 
 async def test_database_newer_than_program_is_refused(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    await (await Store.open(db_path)).close()
+    await (await SqliteStore.open(db_path)).close()
     read_sql(db_path, "PRAGMA user_version = 99")
     with pytest.raises(StoreError, match="newer"):
-        await Store.open(db_path)
+        await SqliteStore.open(db_path)
 
 
 def write_garbage(path: Path) -> None:
@@ -130,13 +151,13 @@ def write_garbage(path: Path) -> None:
 async def test_garbage_file_raises_store_error(db_path: Path) -> None:
     write_garbage(db_path)
     with pytest.raises(StoreError, match=re.escape(f"cannot open database at {db_path}: ")):
-        await Store.open(db_path)
+        await SqliteStore.open(db_path)
 
 
 async def test_unopenable_path_raises_store_error(tmp_path: Path) -> None:
     (tmp_path / "a-file").write_text("not a directory")
     with pytest.raises(StoreError, match="cannot open database at"):
-        await Store.open(tmp_path / "a-file" / "threadbot.db")
+        await SqliteStore.open(tmp_path / "a-file" / "threadbot.db")
 
 
 # --- events --------------------------------------------------------------------------------

@@ -44,28 +44,25 @@ async def test_each_model_call_is_booked_with_its_turn_and_requester(
     assert [r.group for r in by_session] == ["console:a"]
 
 
-async def test_usage_groups_by_day_channel_and_model(tmp_path: Path) -> None:
-    store = await Store.open(tmp_path / "bot.db")
-    try:
-        await store.ensure_session("slack:T:C1:1.0", {"channel": "C1"})
-        await store.ensure_session("slack:T:C2:2.0", {"channel": "C2"})
-        for key, model in (("slack:T:C1:1.0", "m1"), ("slack:T:C1:1.0", "m2"), ("slack:T:C2:2.0", "m1")):
-            await store.record_usage(session_key=key, turn_id=f"{key}#1", model=model, usage=Usage(10, 5, 100, 20))
-        await store.record_usage(session_key="heartbeat:decision", turn_id=None, model="m1", usage=Usage(1, 1, 0, 0))
-        channels = await store.usage_by(UsageGrouping.CHANNEL)
-        assert [(r.group, r.model, r.calls) for r in channels] == [
-            ("(none)", "m1", 1),
-            ("C1", "m1", 1),
-            ("C1", "m2", 1),
-            ("C2", "m1", 1),
-        ]
-        models = {r.model: r.usage for r in await store.usage_by(UsageGrouping.MODEL)}
-        assert models["m1"] == Usage(21, 11, 200, 40)
-        today = utcnow().date().isoformat()
-        assert {r.group for r in await store.usage_by(UsageGrouping.DAY)} == {today}
-        assert await store.usage_by(UsageGrouping.DAY, since=utcnow() + timedelta(seconds=1)) == []
-    finally:
-        await store.close()
+async def test_usage_groups_by_day_channel_and_model(any_store: Store) -> None:
+    store = any_store
+    await store.ensure_session("slack:T:C1:1.0", {"channel": "C1"})
+    await store.ensure_session("slack:T:C2:2.0", {"channel": "C2"})
+    for key, model in (("slack:T:C1:1.0", "m1"), ("slack:T:C1:1.0", "m2"), ("slack:T:C2:2.0", "m1")):
+        await store.record_usage(session_key=key, turn_id=f"{key}#1", model=model, usage=Usage(10, 5, 100, 20))
+    await store.record_usage(session_key="heartbeat:decision", turn_id=None, model="m1", usage=Usage(1, 1, 0, 0))
+    channels = await store.usage_by(UsageGrouping.CHANNEL)
+    assert [(r.group, r.model, r.calls) for r in channels] == [
+        ("(none)", "m1", 1),
+        ("C1", "m1", 1),
+        ("C1", "m2", 1),
+        ("C2", "m1", 1),
+    ]
+    models = {r.model: r.usage for r in await store.usage_by(UsageGrouping.MODEL)}
+    assert models["m1"] == Usage(21, 11, 200, 40)
+    today = utcnow().date().isoformat()
+    assert {r.group for r in await store.usage_by(UsageGrouping.DAY)} == {today}
+    assert await store.usage_by(UsageGrouping.DAY, since=utcnow() + timedelta(seconds=1)) == []
 
 
 def test_the_table_prices_each_row_and_totals() -> None:

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Protocol
 
 from bot.agent import protocol
 from bot.agent.injections import Injections
@@ -39,7 +40,21 @@ GIVE_UP_NOTICE = (
 class Delivery(StrEnum):
     STARTED = "started"
     INJECTED = "injected"
+    QUEUED = "queued"
+    """Offered to the cluster: the session's job starts the turn, here or on another replica."""
     REFUSED = "refused"
+
+
+class TurnHost(Protocol):
+    """Where a session's next turn runs when none runs here: in a cluster, wherever its job lands."""
+
+    def offer_soon(self, session_key: str) -> None:
+        """Have the session's job run, here or on another replica. Its input is in the store already,
+        so an offer that fails only waits for the cluster's backstop."""
+
+
+MAX_TURNS_PER_JOB = 20
+"""A bound on one job's loop: a turn that keeps leaving work owed must not pin its replica forever."""
 
 
 @dataclass(slots=True)
@@ -47,6 +62,8 @@ class _Session:
     injections: Injections
     task: asyncio.Task[TurnOutcome] | None = None
     request: TurnRequest | None = None
+    taken: set[int] = field(default_factory=set)
+    """Inbox rows already handed to this session's turns here (a cluster's doorbell may ring twice)."""
 
 
 class Engine:
@@ -58,8 +75,10 @@ class Engine:
         store: Store,
         output: EngineOutput,
         max_injections_per_turn: int,
+        host: TurnHost | None = None,
     ) -> None:
         self._runner = runner
+        self._host = host
         self._output = output
         self._registry = registry
         self._store = store
@@ -94,8 +113,11 @@ class Engine:
         if not self._accepting:
             return Delivery.REFUSED
         if self.is_busy(session_key):
-            self._session(session_key).injections.put(content, inbox_id)
+            self._inject(session_key, content, inbox_id)
             return Delivery.INJECTED
+        if self._host is not None and inbox_id is not None:
+            self._host.offer_soon(session_key)
+            return Delivery.QUEUED
         blocks = [protocol.text_block(content)] if isinstance(content, str) else content
         inbox_ids = [inbox_id] if inbox_id is not None else []
         self._start(
@@ -108,33 +130,42 @@ class Engine:
         )
         return Delivery.STARTED
 
-    async def resume(self, owns: SessionFilter | None = None) -> list[str]:
-        """At start: every session a stopped process left owing an answer gets its turn again; their keys.
+    async def run_thread(self, session_key: str) -> None:
+        """A cluster's per-thread job: what the store owes the session becomes turns here, one at a time,
+        until nothing is owed (or the process stops taking work). Its job's lock keeps every other
+        replica from running a turn of this session meanwhile."""
+        for _ in range(MAX_TURNS_PER_JOB):
+            if not self._accepting or self.is_busy(session_key):
+                break
+            # Notes a turn left in memory (after its last drain, or held back by its fuse) are rows still
+            # owed in the store: the next turn reads them from there, so they must not linger here too.
+            self._sessions.pop(session_key, None)
+            if not await self._start_owed(session_key):
+                break
+            await self.wait_turn(session_key)
+        if not self.is_busy(session_key):
+            self._sessions.pop(session_key, None)
 
-        The turn goes on from the stored history: tool calls it had started are answered from the
-        registry (orphaned, or their result if they finished), and what was never stored is handed to
-        the model again. A session whose answer was stored, and only its bookkeeping was cut off, is
-        just marked answered. `owns` keeps an edge to its own sessions.
-        """
+    async def take_inputs(self, session_key: str) -> list[int]:
+        """A cluster's doorbell rang for the session: if its turn runs here, owed input joins it as
+        injections; the inbox ids taken (none when no turn runs here)."""
+        if not self.is_busy(session_key):
+            return []
+        taken = []
+        for item in await self._store.session_inbox(session_key):
+            if item.pending and self.is_busy(session_key) and self._inject(session_key, item.content, item.id):
+                taken.append(item.id)
+        return taken
+
+    async def resume(self, owns: SessionFilter | None = None) -> list[str]:
+        """At start: every session a stopped process left owing an answer gets its turn again (see
+        `_start_owed`); their keys. `owns` keeps an edge to its own sessions."""
         resumed: list[str] = []
-        for key, items in (await self._store.open_inbox()).items():
+        for key in await self._store.open_inbox():
             if (owns is not None and not owns(key)) or self.is_busy(key):
                 continue
-            pending = [item for item in items if item.pending]
-            if not pending and not protocol.unanswered_tool_uses(await self._store.load_messages(key)):
-                await self._store.answer_inbox(key)
-                continue
-            if max(item.resumes for item in items) >= MAX_RESUMES:
-                # Perhaps this very turn is what kills the process: a crash loop must end somewhere.
-                log.error("session %s was resumed %d times without an answer; giving up", key, MAX_RESUMES)
-                await self._store.give_up_inbox(key)
-                self._output.notice(key, GIVE_UP_NOTICE)
-                continue
-            await self._store.count_resume(key)
-            self._output.notice(key, RESTART_NOTICE)
-            blocks = [block for item in pending for block in item.content]
-            self._start(key, blocks, inbox_ids=[item.id for item in pending], resumed=True)
-            resumed.append(key)
+            if await self._start_owed(key, restarted=True):
+                resumed.append(key)
         if resumed:
             log.info("resumed %d sessions a previous process left unanswered", len(resumed))
         return resumed
@@ -192,26 +223,83 @@ class Engine:
             if not self.is_busy(session_key):
                 return
 
-    async def shutdown(self, grace_s: float) -> None:
-        """Stop taking work, let running turns finish for `grace_s`, cancel them, and at last stop them."""
+    async def shutdown(self, grace_s: float) -> list[str]:
+        """Stop taking work, let running turns finish for `grace_s`, cancel them, and at last stop them.
+
+        Returns the sessions whose turns were cut short (their input stays owed, for whoever goes on)."""
         self._accepting = False
         for check in list(self._checks):
             check.cancel()
         tasks = [s.task for s in self._sessions.values() if s.task is not None and not s.task.done()]
         if not tasks:
-            return
+            return []
         _, still_running = await asyncio.wait(tasks, timeout=grace_s)
-        for key, session in list(self._sessions.items()):
-            if session.task in still_running:
-                await self.cancel_turn(key, by=SHUTDOWN)
+        cut_short = [key for key, session in self._sessions.items() if session.task in still_running]
+        for key in cut_short:
+            await self.cancel_turn(key, by=SHUTDOWN)
         _, stuck = await asyncio.wait(tasks, timeout=grace_s)
         for task in stuck:
             task.cancel()
         if stuck:
             # Bounded but not zero: a cancelled turn still closes its history before the store goes.
             await asyncio.wait(stuck, timeout=CANCEL_WAIT_S)
+        return cut_short
 
     # -- internals ------------------------------------------------------------------------
+
+    async def _start_owed(self, key: str, *, restarted: bool = False) -> bool:
+        """Start a turn from what the store owes the session; False when it owes nothing.
+
+        Rows an earlier turn stored but never answered mean that turn died (`restarted`, or in a
+        cluster: its replica did, since no other job of the session can be running now). The turn
+        goes on from the stored history: tool calls it had started are answered from the registry
+        (orphaned, or their result if they finished), and what was never stored is handed to the
+        model again. A session whose answer was stored, and only its bookkeeping was cut off, is just
+        marked answered.
+        """
+        items = await self._store.session_inbox(key)
+        pending = [item for item in items if item.pending]
+        interrupted = len(pending) < len(items) and bool(
+            protocol.unanswered_tool_uses(await self._store.load_messages(key))
+        )
+        if items and not pending and not interrupted:
+            await self._store.answer_inbox(key)
+            items = []
+        if not items:
+            if self._host is None or not await self._store.undelivered_calls(key):
+                return False
+            self._start(key, [])  # a result that outlived its turn, in a cluster: its own turn
+            return True
+        if restarted or interrupted:
+            if max(item.resumes for item in items) >= MAX_RESUMES:
+                # Perhaps this very turn is what kills the process: a crash loop must end somewhere.
+                log.error("session %s was resumed %d times without an answer; giving up", key, MAX_RESUMES)
+                await self._store.give_up_inbox(key)
+                self._output.notice(key, GIVE_UP_NOTICE)
+                return False
+            await self._store.count_resume(key)
+            self._output.notice(key, RESTART_NOTICE)
+        self._session(key).taken.update(item.id for item in pending)
+        blocks = [block for item in pending for block in item.content]
+        requester = pending[0].requester if pending else None
+        self._start(
+            key,
+            blocks,
+            inbox_ids=[item.id for item in pending],
+            resumed=restarted or interrupted,
+            requester=requester,
+        )
+        return True
+
+    def _inject(self, session_key: str, content: str | list[dict[str, JSON]], inbox_id: int | None) -> bool:
+        """Queue a note for the running turn; False when its inbox row is in this session's turns already."""
+        session = self._session(session_key)
+        if inbox_id is not None:
+            if inbox_id in session.taken:
+                return False
+            session.taken.add(inbox_id)
+        session.injections.put(content, inbox_id)
+        return True
 
     def _session(self, session_key: str) -> _Session:
         session = self._sessions.get(session_key)
@@ -268,7 +356,10 @@ class Engine:
         # `waiting`, not `ready`: notes held back by the last turn's fuse are news for a new turn.
         has_news = session.injections.waiting or bool(await self._store.undelivered_calls(session_key))
         # Checked again after the await: a shutdown may have begun, and its list of turns is already taken.
-        if has_news and self._accepting and not self.is_busy(session_key):
+        if has_news and self._accepting and not self.is_busy(session_key) and self._host is not None:
+            self._sessions.pop(session_key, None)  # what it held is owed in the store; the job reads it there
+            self._host.offer_soon(session_key)
+        elif has_news and self._accepting and not self.is_busy(session_key):
             self._start(session_key, [])
         elif not has_news and not self.is_busy(session_key):
             # Idle with nothing pending: forget it, so a long-running daemon keeps no per-thread state.

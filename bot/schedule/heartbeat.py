@@ -155,8 +155,11 @@ class Heartbeat:
             return TickResult(Outcome.SKIPPED)
         key = f"{HEARTBEAT_SESSION_PREFIX}{iso_utc(now)}"
         address = {"edge": "slack", "channel": self._channel, "thread_ts": None, "quiet_reply": HEARTBEAT_OK}
-        await self._store.ensure_session(key, address)
-        self._engine.submit(key, run_prompt(decision.tasks, local_text(now, self._zone)))
+        prompt = run_prompt(decision.tasks, local_text(now, self._zone))
+        # Owed like any message: a restart resumes it, and in a cluster the session's job takes it up.
+        item = await self._store.claim_message([], key, prompt, address=address)
+        assert item is not None  # no keys to have been seen
+        self._engine.submit(key, prompt, inbox_id=item.id)
         self.last_run_at = now
         log.info("heartbeat started %s with %d task(s)", key, len(decision.tasks))
         return TickResult(Outcome.RAN, key)

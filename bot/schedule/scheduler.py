@@ -29,7 +29,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobEvent
@@ -41,8 +41,8 @@ from apscheduler.triggers.interval import IntervalTrigger
 from bot.calls.models import utcnow
 from bot.schedule.firing import Clock, Firer, FireReport, Waker
 from bot.schedule.posting import ReminderPoster
-from bot.store import NewReminder, Reminder, ReminderKind, Store
-from bot.types import EngineOutput, SessionFilter
+from bot.store import NewReminder, Reminder, ReminderKind, ReminderStatus, Store
+from bot.types import EngineOutput, ReminderPost, SessionFilter
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,15 @@ STOP_GRACE_S = 5.0
 REMINDER_RETRY_S = 3600.0
 
 FireListener = Callable[[FireReport], None]
+ChangeListener = Callable[[int], None]
+"""Told the id of a row this process added or cancelled (a cluster rings the other replicas)."""
 Tick = Callable[[], Awaitable[object]]
+
+
+class Periodic(Protocol):
+    """Runs interval work once per tick across a cluster's replicas (bot/cluster/ticks.py)."""
+
+    def every(self, name: str, interval_s: float, work: Callable[[int], Awaitable[object]]) -> None: ...
 
 
 class Scheduler:
@@ -73,7 +81,10 @@ class Scheduler:
         clock: Clock = utcnow,
         owns: SessionFilter | None = None,
         reminder_retry_s: float = REMINDER_RETRY_S,
+        periodic: Periodic | None = None,
     ) -> None:
+        """`periodic` (a cluster) runs the interval jobs instead of APScheduler, once per tick cluster-wide."""
+        self._periodic = periodic
         self._store = store
         self._clock = clock
         self._owns = owns
@@ -84,6 +95,7 @@ class Scheduler:
         self._aps = AsyncIOScheduler(timezone=UTC, job_defaults=JOB_DEFAULTS)
         self._aps.add_listener(self._on_skipped, EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES)
         self._listeners: list[FireListener] = []
+        self._changes: list[ChangeListener] = []
         self._deliveries: set[asyncio.Task[None]] = set()
         self._ticks: set[asyncio.Task[None]] = set()
         self._stopped = False
@@ -92,18 +104,12 @@ class Scheduler:
 
     async def start(self) -> int:
         """Add a job for every pending row, then start keeping time; returns how many rows."""
-        pending = [
-            reminder for reminder in await self._store.pending_reminders() if self._owns_key(reminder.session_key)
-        ]
-        for reminder in pending:
-            self._schedule(reminder.id, reminder.due_at)
+        pending = await self.sync()
         owed = [post for post in await self._store.owed_reminder_posts() if self._owns_key(post.session_key)]
         self._poster.resume(owed)
         self._aps.start()
-        log.info(
-            "scheduler started with %d pending waits and reminders, %d reminder posts owed", len(pending), len(owed)
-        )
-        return len(pending)
+        log.info("scheduler started with %d pending waits and reminders, %d reminder posts owed", pending, len(owed))
+        return pending
 
     async def stop(self, grace_s: float = STOP_GRACE_S) -> None:
         """Start no more jobs, let deliveries under way finish, cancel the rest. Safe to call twice."""
@@ -140,6 +146,7 @@ class Scheduler:
         item = NewReminder(session_key, kind, text, due_at, requester=requester, cron=cron, zone=zone)
         reminder = await self._store.add_reminder(item)
         self._schedule(reminder.id, reminder.due_at)
+        self._changed(reminder.id)
         return reminder
 
     async def cancel(self, reminder_id: int, *, session_key: str) -> Reminder | None:
@@ -147,7 +154,33 @@ class Scheduler:
         cancelled = await self._store.cancel_reminder(reminder_id, session_key=session_key)
         if cancelled is not None:
             self._unschedule(cancelled.job_id)
+            self._changed(cancelled.id)
         return cancelled
+
+    async def track(self, reminder_id: int) -> None:
+        """Follow a row another process added or cancelled: schedule it while it is pending, else drop it.
+
+        In a cluster every replica schedules every row and the store's claim lets one of them fire it,
+        so a row still fires when the replica that added it is gone."""
+        reminder = await self._store.get_reminder(reminder_id)
+        if reminder is not None and reminder.status is ReminderStatus.PENDING and self._owns_key(reminder.session_key):
+            self._schedule(reminder.id, reminder.due_at)
+        else:
+            self._unschedule(f"reminder:{reminder_id}")
+
+    async def sync(self) -> int:
+        """Schedule every pending row (what `start` does first); returns how many."""
+        pending = [r for r in await self._store.pending_reminders() if self._owns_key(r.session_key)]
+        for reminder in pending:
+            self._schedule(reminder.id, reminder.due_at)
+        return len(pending)
+
+    def on_change(self, listener: ChangeListener) -> None:
+        self._changes.append(listener)
+
+    def _changed(self, reminder_id: int) -> None:
+        for listener in self._changes:
+            listener(reminder_id)
 
     async def pending(self, session_key: str) -> list[Reminder]:
         return await self._store.pending_reminders(session_key)
@@ -178,6 +211,10 @@ class Scheduler:
                     log.exception("fire listener failed for reminder %d", reminder_id)
         return report
 
+    def take_over(self, posts: list[ReminderPost]) -> None:
+        """Deliver reminder posts a gone replica claimed and never saw confirmed."""
+        self._poster.resume(posts)
+
     @property
     def posts_retrying(self) -> int:
         """Reminder posts not confirmed yet and waiting for their next attempt."""
@@ -191,6 +228,9 @@ class Scheduler:
 
     def every(self, job_id: str, interval_s: float, tick: Tick) -> None:
         """Run `tick` every `interval_s` (first run one interval from now), never two at once."""
+        if self._periodic is not None:
+            self._periodic.every(job_id, interval_s, lambda _: self._run_tick(job_id, tick))
+            return
         trigger = IntervalTrigger(seconds=interval_s, timezone=UTC)
         self._aps.add_job(self._run_tick, trigger, args=(job_id, tick), id=job_id, replace_existing=True)
 

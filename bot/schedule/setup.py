@@ -13,7 +13,7 @@ from bot.config import Settings
 from bot.schedule.firing import Clock, Waker
 from bot.schedule.heartbeat import HEARTBEAT_SESSION_PREFIX, Heartbeat
 from bot.schedule.reminder_tools import reminder_tools
-from bot.schedule.scheduler import Scheduler
+from bot.schedule.scheduler import Periodic, Scheduler
 from bot.schedule.wait_tools import wait_tools
 from bot.schedule.zones import Zones
 from bot.store import Store
@@ -36,6 +36,7 @@ def build_scheduler(
     user_timezone: TimezoneLookup | None = None,
     clock: Clock | None = None,
     owns: SessionFilter | None = None,
+    periodic: Periodic | None = None,
 ) -> Scheduler:
     """A scheduler (not started) reporting to `output` and waking `engine`; adds the tools to `toolbox`."""
     scheduler = Scheduler(
@@ -47,6 +48,7 @@ def build_scheduler(
         clock=clock or utcnow,
         owns=owns,
         reminder_retry_s=settings.bot_reminder_retry_s,
+        periodic=periodic,
     )
     now = clock or utcnow
 

@@ -1,13 +1,16 @@
 """The bolt side: the Web API client, the `AsyncApp`, and listeners that only hand work off.
 
-Bolt acks an event before its listener runs, so ack latency is bolt's own; the
-listeners stay thin anyway (count, spawn a tracked task, return) so nothing slow
-sits between Slack and the ack even for interactions, which we ack ourselves.
+One process: bolt acks an event before its listener runs, so ack latency is bolt's
+own; the listeners stay thin anyway (count, spawn a tracked task, return) so nothing
+slow sits between Slack and the ack even for interactions, which we ack ourselves.
+A cluster acks only after the durable effect (bolt's `process_before_response`), see
+`Ingress`.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,32 +151,46 @@ def _bolt_logger() -> logging.Logger:
 
 
 class Ingress:
-    """Where bolt's listeners drop events: each becomes a tracked background task, or nothing."""
+    """Where bolt's listeners drop events: each becomes a tracked task, or nothing.
 
-    def __init__(self, *, router: MessageRouter, canceller: Canceller, metrics: Metrics) -> None:
-        self._router = router
+    One process acks first and handles in the background (what it acked is in its store before
+    anything can be lost). With `ack_after` (a cluster) a listener returns, and the event is acked,
+    only once its durable effect has committed: a replica that dies before then never acked it,
+    so Slack delivers it again, to another connection."""
+
+    def __init__(
+        self, *, router: MessageRouter, canceller: Canceller, metrics: Metrics, ack_after: bool = False
+    ) -> None:
+        self.router = router
         self._canceller = canceller
         self._metrics = metrics
+        self.ack_after = ack_after
         self.tasks = TaskSet()
 
     @property
     def accepting(self) -> bool:
         return self.tasks.accepting
 
-    def message(self, body: dict[str, Any]) -> None:
+    async def message(self, body: dict[str, Any]) -> None:
         self._metrics.inc("events_received_total")
-        self.tasks.spawn(self._router.handle(body), name=f"slack-event:{body.get('event_id')}")
+        await self._handle(self.router.handle(body), f"slack-event:{body.get('event_id')}")
 
-    def reaction(self, body: dict[str, Any]) -> None:
+    async def reaction(self, body: dict[str, Any]) -> None:
         self._metrics.inc("events_received_total")
         if self._canceller.wants(body):
-            self.tasks.spawn(self._canceller.on_reaction(body), name=f"slack-reaction:{body.get('event_id')}")
+            await self._handle(self._canceller.on_reaction(body), f"slack-reaction:{body.get('event_id')}")
         else:
             self._metrics.inc("events_ignored_total")
 
-    def button(self, body: dict[str, Any]) -> None:
+    async def button(self, body: dict[str, Any]) -> None:
         self._metrics.inc("events_received_total")
-        self.tasks.spawn(self._canceller.on_button(body), name="slack-cancel-button")
+        await self._handle(self._canceller.on_button(body), "slack-cancel-button")
+
+    async def _handle(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        if self.ack_after:
+            await self.tasks.run(work, name)
+        else:
+            self.tasks.spawn(work, name)
 
     async def close(self, timeout_s: float) -> None:
         """Stop taking events; give the handlers in flight `timeout_s` to finish."""
@@ -198,17 +215,27 @@ def build_app(settings: Settings, client: AsyncWebClient, ingress: Ingress, me: 
             user_id=user_id,
         )
 
-    app = AsyncApp(name="threadbot", client=client, signing_secret=secret, authorize=authorize, logger=_bolt_logger())
+    app = AsyncApp(
+        name="threadbot",
+        client=client,
+        signing_secret=secret,
+        authorize=authorize,
+        logger=_bolt_logger(),
+        process_before_response=ingress.ack_after,
+    )
 
     async def on_message(body: dict[str, Any]) -> None:
-        ingress.message(body)
+        await ingress.message(body)
 
     async def on_reaction(body: dict[str, Any]) -> None:
-        ingress.reaction(body)
+        await ingress.reaction(body)
 
     async def on_cancel_button(ack: AsyncAck, body: dict[str, Any]) -> None:
-        await ack()
-        ingress.button(body)
+        if not ingress.ack_after:
+            await ack()
+        await ingress.button(body)
+        if ingress.ack_after:
+            await ack()
 
     app.event("app_mention")(on_message)
     app.event("message")(on_message)

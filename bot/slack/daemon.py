@@ -15,6 +15,7 @@ import contextlib
 import logging
 import signal
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
@@ -28,7 +29,7 @@ from bot.schedule.heartbeat import HEARTBEAT_SESSION_PREFIX
 from bot.slack.app import Identity, Ingress, build_app, build_client, check_app_token, identify, slack_http_session
 from bot.slack.cancel import Canceller
 from bot.slack.edits import EditScheduler
-from bot.slack.events import MessageRouter
+from bot.slack.events import INJECTION_REACTION, ClusterHooks, MessageRouter
 from bot.slack.filters import SESSION_PREFIX
 from bot.slack.health import SocketHealth, daemon_health
 from bot.slack.journal import FinalJournal
@@ -36,6 +37,10 @@ from bot.slack.metrics import Metrics
 from bot.slack.output import SlackEdge
 from bot.slack.posts import PostQueue
 from bot.slack.tokens import token_problem
+
+if TYPE_CHECKING:
+    from bot.cluster.doorbell import Ring
+    from bot.cluster.node import ClusterNode
 
 log = logging.getLogger(__name__)
 
@@ -104,10 +109,17 @@ async def _run(
             return key.startswith((SESSION_PREFIX, HEARTBEAT_SESSION_PREFIX))
 
         async def flush_slack() -> None:
-            """While the store is open: what is not delivered by then stays owed in it, for the next start."""
-            await edge.close(EDGE_DRAIN_S)
-            await edits.close(EDITS_FLUSH_S)
+            """While the store is open: what is not delivered by then stays owed in it, for the next start.
+            A replica that lost its lease sends nothing more: the thread is another replica's now."""
+            drain = 0.0 if node is not None and node.lost.is_set() else 1.0
+            await edge.close(EDGE_DRAIN_S * drain)
+            await edits.close(EDITS_FLUSH_S * drain)
 
+        node: ClusterNode | None = None
+        if settings.database_url is not None:
+            from bot.cluster.node import ClusterNode  # procrastinate and psycopg: cluster mode only
+
+            node = ClusterNode(dsn=settings.database_url)
         core = await stack.enter_async_context(
             open_core(
                 settings,
@@ -116,14 +128,18 @@ async def _run(
                 owns=owns,
                 # Posts the shutdown itself queued (cancelled calls) still record where they went.
                 before_store_closes=flush_slack,
+                cluster=node,
             )
         )
         edge.attach(core.store)
         edits.keep_finals(FinalJournal(core.store))
-        await edge.resume()
-        await edge.repaint(core.orphans)
-        await core.engine.resume(owns)  # before new events: what was acked before the restart goes first
-        ingress = _ingress(settings, client, core, edge, me, metrics)
+        if node is None:
+            await edge.resume()
+            await edge.repaint(core.orphans)
+            await core.engine.resume(owns)  # before new events: what was acked before the restart goes first
+            ingress = _ingress(settings, client, core, edge, me, metrics)
+        else:
+            ingress = await _join_cluster(node, settings, client, core, edge, edits, me, metrics)
         stack.push_async_callback(ingress.close, INGRESS_GRACE_S)
         _gauges(metrics, core, edge, edits, ingress)
         app = build_app(settings, client, ingress, me)
@@ -146,8 +162,14 @@ async def _run(
             runner = await _listen(app.web_app(path=EVENTS_PATH, port=port), port)
             stack.push_async_callback(runner.cleanup)
             _log_start(settings, me, f"HTTP events on port {port} at {EVENTS_PATH}")
-        await stopping.wait()
-        log.info("stopping: no new events; letting running work finish")
+        await _until_set(stopping, node.lost if node is not None else None)
+        if node is not None and node.lost.is_set():
+            log.error("stopping at once: this replica lost its lease, and its threads are another's now")
+        else:
+            log.info("stopping: no new events; letting running work finish")
+    if node is not None and node.lost.is_set():
+        # Not 0: a supervisor (systemd's Restart=on-failure, compose's restart policy) starts a new replica.
+        raise ThreadbotError("this replica lost its lease in the database and stopped; start it again")
 
 
 def _log_start(settings: Settings, me: Identity, mode: str) -> None:
@@ -163,8 +185,29 @@ def _log_start(settings: Settings, me: Identity, mode: str) -> None:
 
 
 def _ingress(
-    settings: Settings, client: AsyncWebClient, core: Core, edge: SlackEdge, me: Identity, metrics: Metrics
+    settings: Settings,
+    client: AsyncWebClient,
+    core: Core,
+    edge: SlackEdge,
+    me: Identity,
+    metrics: Metrics,
+    node: ClusterNode | None = None,
 ) -> Ingress:
+    """Events in; with `node`, cancels that this replica does not hold go to every replica as rings."""
+
+    async def forward(kind: str, body: dict[str, Any]) -> None:
+        assert node is not None
+        await node.ring(kind, "", body=body)
+
+    canceller = Canceller(
+        client=client,
+        engine=core.engine,
+        registry=core.registry,
+        edge=edge,
+        settings=settings,
+        metrics=metrics,
+        forward=forward if node is not None else None,
+    )
     router = MessageRouter(
         client=client,
         store=core.store,
@@ -173,11 +216,49 @@ def _ingress(
         settings=settings,
         bot_user_id=me.user_id,
         metrics=metrics,
+        cluster=ClusterHooks(node.offer_in, lambda key, by: canceller.cancel_turn(key, by=by)) if node else None,
     )
-    canceller = Canceller(
-        client=client, engine=core.engine, registry=core.registry, edge=edge, settings=settings, metrics=metrics
-    )
-    return Ingress(router=router, canceller=canceller, metrics=metrics)
+    if node is not None:
+        node.on("reaction", lambda ring: canceller.on_reaction(ring.extra["body"], forwarded=True))
+        node.on("button", lambda ring: canceller.on_button(ring.extra["body"], forwarded=True))
+        node.on("cancel", lambda ring: canceller.on_forwarded_cancel(ring.extra["body"]))
+    return Ingress(router=router, canceller=canceller, metrics=metrics, ack_after=node is not None)
+
+
+async def _join_cluster(
+    node: ClusterNode,
+    settings: Settings,
+    client: AsyncWebClient,
+    core: Core,
+    edge: SlackEdge,
+    edits: EditScheduler,
+    me: Identity,
+    metrics: Metrics,
+) -> Ingress:
+    """Cluster mode: no resume at start (the reaper adopts what gone replicas left, the thread jobs
+    resume their threads), the edit budget shared with the live replicas, and the worker started
+    once events can be cancelled."""
+
+    ingress = _ingress(settings, client, core, edge, me, metrics, node)
+
+    async def injected(ring: Ring, taken: list[int]) -> None:
+        channel, ts = ring.extra.get("channel"), ring.extra.get("ts")
+        if channel and ts:
+            await ingress.router.react(str(channel), str(ts), INJECTION_REACTION)
+
+    node.attach_edge(paint_orphans=edge.repaint, live=edits.share_budget, injected=injected, take_over=edge.take_over)
+    await node.start()
+    return ingress
+
+
+async def _until_set(*events: asyncio.Event | None) -> None:
+    """Wait for the first of these events (a signal, or a lost lease) to be set."""
+    waits = [asyncio.create_task(event.wait()) for event in events if event is not None]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
 
 
 def _gauges(metrics: Metrics, core: Core, edge: SlackEdge, edits: EditScheduler, ingress: Ingress) -> None:

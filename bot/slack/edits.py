@@ -134,6 +134,7 @@ class EditScheduler:
         self._in_flight: dict[Key, asyncio.Task[None]] = {}
         self._on_wire: dict[Key, _Edit] = {}
         self._clock = clock
+        self._per_minute = per_minute
         self._bucket = TokenBucket(per_minute / 60.0, burst, clock())
         self._pending: dict[Key, _Edit] = {}
         self._last_sent: dict[Key, float] = {}  # only messages edited within the last min_interval_s
@@ -186,6 +187,10 @@ class EditScheduler:
                 self._finalized.popitem(last=False)
         self._idle.clear()
         self._wake.set()
+
+    def share_budget(self, replicas: int) -> None:
+        """Slack's edit budget is the workspace's: with `replicas` live processes each spends its share."""
+        self._bucket.rate = self._per_minute / 60.0 / max(1, replicas)
 
     def keep_finals(self, journal: FinalJournal) -> None:
         """From now on, write every final state to `journal` until Slack shows it (the store opens after us)."""

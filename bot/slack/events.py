@@ -17,7 +17,9 @@ whoever started the thread, and a reminder or a time zone is theirs.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -33,7 +35,21 @@ from bot.slack.output import SlackEdge
 from bot.slack.queues import KeyedLocks
 from bot.store import Store
 
+if TYPE_CHECKING:
+    import psycopg
+
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterHooks:
+    """What the events side needs of a cluster (bot/cluster/node.py) without importing it."""
+
+    offer_in: Callable[[psycopg.AsyncConnection[Any], str, dict[str, str]], Awaitable[None]]
+    """Queue the thread's job and ring its replica, inside the claim's transaction."""
+    cancel_everywhere: Callable[[str, str], Awaitable[None]]
+    """Stop a session's turn and calls on every replica: (session_key, by)."""
+
 
 INJECTION_REACTION = "eyes"
 DENIAL = "Sorry, I'm not set up to answer here. Please ask the people who run me for access."
@@ -50,7 +66,12 @@ class MessageRouter:
         settings: Settings,
         bot_user_id: str,
         metrics: Metrics,
+        cluster: ClusterHooks | None = None,
     ) -> None:
+        """With `cluster` (several replicas) a message is handed to its thread's job in the claim's own
+        transaction, and `stop` reaches the turn and the calls on whichever replica runs them."""
+        self._offer_in = cluster.offer_in if cluster is not None else None
+        self._cancel_everywhere = cluster.cancel_everywhere if cluster is not None else None
         self._client = client
         self._store = store
         self._engine = engine
@@ -109,9 +130,33 @@ class MessageRouter:
             self._metrics.inc("events_duplicate_total")  # a redelivery or a twin: not worth downloading its files
             return
         content = await self._with_files(text, incoming)
-        # The ack is a promise: the message is in the store, owed an answer, before the engine sees it.
+        await self._claim(incoming, keys, session_key, text, address, content)
+
+    async def _claim(
+        self,
+        incoming: Incoming,
+        keys: list[str],
+        session_key: str | None,
+        text: str,
+        address: dict[str, Any],
+        content: str | list[dict[str, Any]],
+    ) -> None:
+        """The ack is a promise: the message is in the store, owed an answer, before the engine sees it.
+
+        In a cluster the thread's job commits with the claim, or neither does; its ring then reaches the
+        replica running the thread's turn (this one too), which takes the message up."""
+        key = session_key or incoming.key
+        then = None
+        if self._offer_in is not None:
+            offer_in, ref = self._offer_in, {"channel": incoming.channel, "ts": incoming.ts}
+
+            async def then(conn: psycopg.AsyncConnection[Any]) -> None:
+                await offer_in(conn, key, ref)
+
         blocks = content if isinstance(content, list) else None
-        item = await self._store.claim_message(keys, session_key or incoming.key, text, address=address, blocks=blocks)
+        item = await self._store.claim_message(
+            keys, key, text, address=address, blocks=blocks, requester=incoming.user, then=then
+        )
         if item is None:
             self._metrics.inc("events_duplicate_total")
             return
@@ -119,7 +164,11 @@ class MessageRouter:
             self._edge.remember_address(item.session_key, address)
         else:
             self._edge.remember_speaker(item.session_key, incoming.user)
-        await self._deliver(item.session_key, incoming, content, item.id)
+        if then is not None:
+            self._metrics.inc("turns_queued_total")
+            self._edge.note_request(item.session_key, incoming.channel, incoming.ts, incoming.user)
+        else:
+            await self._deliver(item.session_key, incoming, content, item.id)
 
     @staticmethod
     def _new_address(incoming: Incoming) -> dict[str, Any]:
@@ -148,24 +197,37 @@ class MessageRouter:
             self._edge.note_request(session_key, incoming.channel, incoming.ts, incoming.user)
         elif delivery is Delivery.INJECTED:
             self._metrics.inc("injections_total")
-            await self._react(incoming.channel, incoming.ts, INJECTION_REACTION)
+            await self.react(incoming.channel, incoming.ts, INJECTION_REACTION)
         else:
             # Stored and owed: the next start resumes it, so the thread is told to wait, not to resend.
             self._edge.notice(session_key, "I'm restarting; I'll answer this as soon as I'm back.")
 
     async def _stop(self, session_key: str, incoming: Incoming) -> None:
         """`stop` / `cancel` as the whole reply: cancel the turn and every call, bypassing the queue."""
-        requesters = await self._edge.requesters(session_key)
+        requesters = await self._edge.requesters(session_key, from_store=self._cancel_everywhere is not None)
         if not may_cancel(incoming.user, requesters=requesters, allowed_users=self._settings.bot_allowed_users):
             self._edge.notice(session_key, "Only the person who asked (or an allowed user) can stop this.")
             return
         self._metrics.inc("cancels_total")
+        if self._cancel_everywhere is not None:
+            if not await self._running_anywhere(session_key):
+                self._edge.notice(session_key, "Nothing is running right now.")
+                return
+            await self._cancel_everywhere(session_key, incoming.user)
+            await self.react(incoming.channel, incoming.ts, "octagonal_sign")
+            return
         busy = self._engine.is_busy(session_key)
         results = await self._engine.cancel_turn(session_key, by=incoming.user)
         if busy or any(result.cancelled for result in results):
-            await self._react(incoming.channel, incoming.ts, "octagonal_sign")
+            await self.react(incoming.channel, incoming.ts, "octagonal_sign")
         else:
             self._edge.notice(session_key, "Nothing is running right now.")
+
+    async def _running_anywhere(self, session_key: str) -> bool:
+        """In a cluster: whether the store shows the session busy (a turn owing an answer, an open call)."""
+        return bool(await self._store.session_inbox(session_key)) or bool(
+            await self._store.session_calls(session_key, only_open=True)
+        )
 
     async def _deny(self, incoming: Incoming) -> None:
         """Say no once per thread, in the thread; later messages there are dropped silently."""
@@ -176,7 +238,8 @@ class MessageRouter:
         except SlackApiError as exc:
             log.warning("could not post the allow-list reply: %s", exc.response.get("error"))
 
-    async def _react(self, channel: str, ts: str, name: str) -> None:
+    async def react(self, channel: str, ts: str, name: str) -> None:
+        """Add a reaction; one that is there already is fine, any other failure only logged."""
         try:
             await self._client.reactions_add(channel=channel, timestamp=ts, name=name)
         except SlackApiError as exc:

@@ -20,6 +20,7 @@ COUNTERS = {
     "events_ignored_total": "events that were not for the bot (other bots, edits, chatter)",
     "events_denied_total": "messages refused by BOT_ALLOWED_USERS / BOT_ALLOWED_CHANNELS",
     "turns_started_total": "messages that started a turn",
+    "turns_queued_total": "messages handed to the cluster for their thread's job (cluster mode)",
     "injections_total": "messages injected into a running turn",
     "cancels_total": "cancel requests (reactions, buttons, stop)",
     "slack_posts_total": "chat.postMessage calls that landed",

@@ -67,14 +67,17 @@ class Outbox:
 
     async def start(self) -> list[OwedMessage]:
         """Take up what a previous process left; returns it all (its edits are the `EditScheduler`'s)."""
-        owed = await self._store.owed_messages()
+        return self.take(await self._store.owed_messages())
+
+    def take(self, owed: list[OwedMessage]) -> list[OwedMessage]:
+        """Deliver these owed posts (a previous process's, or a gone replica's); returns them all."""
         for message in owed:
             if message.is_post:
                 self._backlog[message.session_key] = self._backlog.get(message.session_key, 0) + 1
                 self._maybe_landed.add(message.id)
                 self._empty.clear()
         if any(message.is_post for message in owed):
-            log.info("delivering %d posts owed from before the restart", sum(m.is_post for m in owed))
+            log.info("delivering %d posts owed by an earlier process", sum(m.is_post for m in owed))
         self._running()
         return owed
 

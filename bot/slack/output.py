@@ -49,7 +49,7 @@ from bot.slack.reply import FIRST_POST_WAIT_S, ReplyStream
 from bot.slack.sessions import Sessions
 from bot.slack.status import StatusBoard, StatusMessage
 from bot.slack.uploads import ANSWER_FILE, UPLOAD_OVER_CHARS, answer_comment, upload
-from bot.store import Store
+from bot.store import OwedMessage, Store
 from bot.types import ReminderOutcome, ReminderPost, TurnOutcome
 from tools.base import SharedFile
 
@@ -98,6 +98,11 @@ class SlackEdge:
         """At start: deliver what a previous process owed Slack (posts through the outbox, final edits queued)."""
         if self._outbox is not None:
             self._edits.resume(await self._outbox.start())
+
+    def take_over(self, owed: list[OwedMessage]) -> None:
+        """Deliver what a gone replica owed Slack, as if this process had owed it."""
+        if self._outbox is not None:
+            self._edits.resume(self._outbox.take(owed))
 
     @property
     def outbox(self) -> Outbox | None:
@@ -303,8 +308,8 @@ class SlackEdge:
     def request_session(self, channel: str, ts: str) -> str | None:
         return self._sessions.request_session(channel, ts)
 
-    async def requesters(self, key: str) -> set[str]:
-        return await self._sessions.requesters(key)
+    async def requesters(self, key: str, *, from_store: bool = False) -> set[str]:
+        return await self._sessions.requesters(key, from_store=from_store)
 
     async def user_timezone(self, key: str) -> str | None:
         return await self._sessions.user_timezone(key)

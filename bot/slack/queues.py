@@ -93,6 +93,10 @@ class KeyedLocks:
                 self._locks[key] = (lock, users - 1)
 
 
+class NotAccepting(Exception):
+    """A handler arrived while shutting down: left unacked, so Slack delivers it to another connection."""
+
+
 class TaskSet:
     """Background handlers in flight: spawned without waiting, awaited (or cancelled) at shutdown."""
 
@@ -102,13 +106,27 @@ class TaskSet:
 
     def spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> bool:
         """Run `coroutine` in the background; False (and it is closed unrun) once shutting down."""
+        return self._start(coroutine, name) is not None
+
+    async def run(self, coroutine: Coroutine[Any, Any, None], name: str) -> None:
+        """`spawn` and wait for it to end, raising what it raised: its caller acks only when it succeeded.
+
+        A cancelled caller does not cancel it; once shutting down it raises `NotAccepting` unrun."""
+        task = self._start(coroutine, name)
+        if task is None:
+            raise NotAccepting(name)
+        await asyncio.wait([task])
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            raise exc
+
+    def _start(self, coroutine: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None] | None:
         if not self.accepting:
             coroutine.close()
-            return False
+            return None
         task = asyncio.get_running_loop().create_task(coroutine, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._done)
-        return True
+        return task
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)

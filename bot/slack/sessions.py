@@ -144,8 +144,16 @@ class Sessions:
     def request_session(self, channel: str, ts: str) -> str | None:
         return self._requests.get((channel, ts))
 
-    async def requesters(self, key: str) -> set[str]:
-        """Who may cancel in this session as its requester: whoever started it and whoever started this turn."""
+    async def requesters(self, key: str, *, from_store: bool = False) -> set[str]:
+        """Who may cancel in this session as its requester: whoever started it and whoever started this turn.
+
+        `from_store` (a cluster, where the turn may have started on another replica) reads both from the
+        store: the session's requester, and the author of the oldest message still owed an answer."""
+        if from_store and self._store is not None:
+            record = await self._store.get_session(key)
+            started = next(iter(await self._store.session_inbox(key)), None)  # the row the running turn answers
+            requester = record.address.get("requester") if record else None
+            return {user for user in (requester, started.requester if started else None) if user}
         state = self.get(key)
         address = await self.address(key)
         return {user for user in (state.turn_requester, address.requester if address else None) if user}

@@ -1,10 +1,13 @@
-"""Persistence: the SQLite store behind an intent-level interface (no SQL outside this package)."""
+"""Persistence: SQLite or PostgreSQL behind one intent-level interface, `Store` (no SQL outside this package)."""
 
+from bot.store.db import TxHook
 from bot.store.inbox import InboxItem
+from bot.store.opening import open_store
 from bot.store.outbox import OwedEdit, OwedMessage
 from bot.store.processes import ProcessGroupRecord
 from bot.store.reminder_posts import PostState
 from bot.store.reminders import NewReminder, Reminder, ReminderKind, ReminderStatus
+from bot.store.sqlite import SqliteStore
 from bot.store.store import SessionRecord, Store
 
 __all__ = [
@@ -18,5 +21,8 @@ __all__ = [
     "ReminderKind",
     "ReminderStatus",
     "SessionRecord",
+    "SqliteStore",
     "Store",
+    "TxHook",
+    "open_store",
 ]

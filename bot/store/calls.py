@@ -6,31 +6,31 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING
 
-import aiosqlite
-
 from bot.calls.models import CallStatus, ToolCall, utcnow
-from bot.store.schema import CALL_COLUMNS, call_from_row, call_to_row, fetch, ts
+from bot.store.db import Db
+from bot.store.schema import CALL_COLUMNS, call_from_row, call_to_row, ts
 
 ORPHANED_ERROR = "the process that ran this call stopped"
 _OPEN = "('pending', 'running')"  # the statuses a call may still leave
 _CALL_COLUMNS = ", ".join(CALL_COLUMNS)
 _SELECT_CALLS = f"SELECT {_CALL_COLUMNS} FROM tool_calls"
-# Only a call that is still open takes every field; `delivered` never goes back to 0,
+# Only a call that is still open takes every field (and the replica saving it); `delivered` never goes back to 0,
 # so a stale in-memory copy cannot make a result be delivered twice.
 _UPSERT_CALL = f"""
-INSERT INTO tool_calls ({_CALL_COLUMNS}) VALUES ({", ".join("?" * len(CALL_COLUMNS))})
+INSERT INTO tool_calls ({_CALL_COLUMNS}, replica) VALUES ({", ".join("?" * (len(CALL_COLUMNS) + 1))})
 ON CONFLICT(id) DO UPDATE SET
     session_key = excluded.session_key, turn_id = excluded.turn_id, tool_name = excluded.tool_name,
     input = excluded.input, parent_id = excluded.parent_id, status = excluded.status,
     created_at = excluded.created_at, started_at = excluded.started_at,
     completed_at = excluded.completed_at, result = excluded.result, error = excluded.error,
     timed_out = excluded.timed_out, cancelled_by = excluded.cancelled_by,
-    delivered = MAX(tool_calls.delivered, excluded.delivered), progress = excluded.progress
+    delivered = CASE WHEN excluded.delivered = 1 THEN 1 ELSE tool_calls.delivered END,
+    progress = excluded.progress, replica = excluded.replica
 WHERE tool_calls.status IN {_OPEN}
 """
 # A final row keeps its outcome; a copy with the same final status may still add progress/delivery.
 _TOUCH_FINAL_CALL = f"""
-UPDATE tool_calls SET delivered = MAX(delivered, ?), progress = ?
+UPDATE tool_calls SET delivered = CASE WHEN ? = 1 THEN 1 ELSE delivered END, progress = ?
 WHERE id = ? AND status = ? AND status NOT IN {_OPEN}
 """
 
@@ -39,25 +39,28 @@ class CallQueries:
     """Tool calls in the store. A final row keeps its outcome: the SQL guards it, not only the caller."""
 
     if TYPE_CHECKING:
+        replica: str | None
 
-        def _read(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+        def _read(self) -> AbstractAsyncContextManager[Db]: ...
 
-        def _write(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+        def _write(self) -> AbstractAsyncContextManager[Db]: ...
 
         @staticmethod
-        async def _require_session(db: aiosqlite.Connection, key: str) -> None: ...
+        async def _require_session(db: Db, key: str) -> None: ...
 
     async def save_call(self, call: ToolCall) -> None:
         """Upsert a call; a final row keeps its status and outcome (only delivery and progress may change)."""
         await self.save_calls([call])
 
     async def save_calls(self, calls: Sequence[ToolCall]) -> None:
-        """`save_call` for many calls in one transaction: a thousand busy calls cost one commit, not a thousand."""
+        """`save_call` for many calls in one transaction: a thousand busy calls cost one commit, not a thousand.
+
+        Each open row saved records this store's replica (None with SQLite): the one running the call."""
         rows = [call_to_row(call) for call in calls]
         async with self._write() as db:
-            for key in {call.session_key for call in calls}:
+            for key in sorted({call.session_key for call in calls}):  # sorted: two writers lock in one order
                 await self._require_session(db, key)
-            await db.executemany(_UPSERT_CALL, rows)
+            await db.executemany(_UPSERT_CALL, [(*row, self.replica) for row in rows])
             await db.executemany(
                 _TOUCH_FINAL_CALL,
                 [
@@ -68,22 +71,33 @@ class CallQueries:
 
     async def load_call(self, call_id: str) -> ToolCall | None:
         async with self._read() as db:
-            rows = await fetch(db, f"{_SELECT_CALLS} WHERE id = ?", call_id)
+            rows = await db.fetch(f"{_SELECT_CALLS} WHERE id = ?", call_id)
         return call_from_row(rows[0]) if rows else None
 
     async def session_calls(self, key: str, *, only_open: bool = False) -> list[ToolCall]:
         """The session's calls, oldest first; with `only_open`, just those still pending or running."""
         where = f" AND status IN {_OPEN}" if only_open else ""
         async with self._read() as db:
-            rows = await fetch(db, f"{_SELECT_CALLS} WHERE session_key = ?{where} ORDER BY created_at, rowid", key)
+            order = db.dialect.row_order
+            rows = await db.fetch(f"{_SELECT_CALLS} WHERE session_key = ?{where} ORDER BY created_at, {order}", key)
         return [call_from_row(row) for row in rows]
 
-    async def orphan_open_calls(self) -> list[ToolCall]:
-        """At start-up: calls a previous process left open become `orphaned`; returns them as updated."""
+    async def orphan_open_calls(self, replicas: Sequence[str] | None = None) -> list[ToolCall]:
+        """Calls their process left open become `orphaned`; returns them as updated.
+
+        `replicas` None: every open call (a lone SQLite daemon at start-up: any open call is a previous
+        process's). Otherwise only calls saved by one of these replicas (the ones found dead)."""
+        if replicas is not None and not replicas:
+            return []
+        only = f" AND replica IN ({', '.join('?' * len(replicas))})" if replicas is not None else ""
+        sql = f"UPDATE tool_calls SET status = ?, completed_at = ?, error = ? WHERE status IN {_OPEN}{only}"
         async with self._write() as db:
-            sql = f"UPDATE tool_calls SET status = ?, completed_at = ?, error = ? WHERE status IN {_OPEN}"
-            rows = await fetch(
-                db, f"{sql} RETURNING {_CALL_COLUMNS}", CallStatus.ORPHANED.value, ts(utcnow()), ORPHANED_ERROR
+            rows = await db.fetch(
+                f"{sql} RETURNING {_CALL_COLUMNS}",
+                CallStatus.ORPHANED.value,
+                ts(utcnow()),
+                ORPHANED_ERROR,
+                *(replicas or ()),
             )
             calls = [call_from_row(row) for row in rows]
         return sorted(calls, key=lambda call: call.created_at)
@@ -102,7 +116,8 @@ class CallQueries:
         """Record that an edge shows these calls at `place` (its own reference, e.g. a Slack message)."""
         async with self._write() as db:
             await db.executemany(
-                "INSERT OR REPLACE INTO call_displays (call_id, place) VALUES (?, ?)",
+                "INSERT INTO call_displays (call_id, place) VALUES (?, ?)"
+                " ON CONFLICT(call_id) DO UPDATE SET place = excluded.place",
                 [(call_id, place) for call_id in call_ids],
             )
 
@@ -112,14 +127,14 @@ class CallQueries:
             return {}
         marks = ", ".join("?" * len(call_ids))
         columns = ", ".join(f"c.{column}" for column in CALL_COLUMNS)
-        sql = (
-            f"SELECT shown.place, {columns} FROM call_displays AS asked "
-            "JOIN call_displays AS shown ON shown.place = asked.place "
-            "JOIN tool_calls AS c ON c.id = shown.call_id "
-            f"WHERE asked.call_id IN ({marks}) ORDER BY c.created_at, c.rowid"
-        )
         async with self._read() as db:
-            rows = await fetch(db, sql, *call_ids)
+            sql = (
+                f"SELECT shown.place, {columns} FROM call_displays AS asked "
+                "JOIN call_displays AS shown ON shown.place = asked.place "
+                "JOIN tool_calls AS c ON c.id = shown.call_id "
+                f"WHERE asked.call_id IN ({marks}) ORDER BY c.created_at, c.{db.dialect.row_order}"
+            )
+            rows = await db.fetch(sql, *call_ids)
         places: dict[str, dict[str, ToolCall]] = {}
         for row in rows:
             call = call_from_row(row)
@@ -130,5 +145,5 @@ class CallQueries:
         """Final calls of the session whose result the model has not been given yet, oldest first."""
         sql = f"{_SELECT_CALLS} WHERE session_key = ? AND status NOT IN {_OPEN} AND delivered = 0"
         async with self._read() as db:
-            rows = await fetch(db, f"{sql} ORDER BY created_at, rowid", key)
+            rows = await db.fetch(f"{sql} ORDER BY created_at, {db.dialect.row_order}", key)
         return [call_from_row(row) for row in rows]

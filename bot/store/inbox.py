@@ -19,19 +19,17 @@ Mixed into `Store` so this SQL stays in the store package but out of `store.py`.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-import aiosqlite
-
 from bot.calls.models import utcnow
-from bot.store.schema import dumps, fetch, ts
+from bot.store.db import Db, Row, TxHook
+from bot.store.schema import dumps, ts
 
-_COLUMNS = "id, session_key, text, blocks, claimed_at, turn_id, resumes"
+_COLUMNS = "id, session_key, text, blocks, claimed_at, turn_id, resumes, requester"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +45,8 @@ class InboxItem:
     """How many starts have resumed it already (a message that kills the process must not do so forever)."""
     blocks: list[dict[str, Any]] | None = None
     """The message as content blocks when it carried more than text (files shared with it)."""
+    requester: str | None = None
+    """Who wrote it (an edge's user id): whose turn it starts, for the usage books and who may cancel."""
 
     @property
     def content(self) -> list[dict[str, Any]]:
@@ -59,7 +59,7 @@ class InboxItem:
         return self.turn_id is None
 
 
-def _item(row: sqlite3.Row) -> InboxItem:
+def _item(row: Row) -> InboxItem:
     return InboxItem(
         id=int(row["id"]),
         session_key=row["session_key"],
@@ -68,26 +68,32 @@ def _item(row: sqlite3.Row) -> InboxItem:
         turn_id=row["turn_id"],
         resumes=int(row["resumes"]),
         blocks=json.loads(row["blocks"]) if row["blocks"] is not None else None,
+        requester=row["requester"],
     )
 
 
 async def insert_inbox(
-    db: aiosqlite.Connection, session_key: str, text: str, blocks: list[dict[str, Any]] | None = None
+    db: Db,
+    session_key: str,
+    text: str,
+    blocks: list[dict[str, Any]] | None = None,
+    requester: str | None = None,
 ) -> int:
     """Add a pending row inside the caller's transaction; returns its id (for claims made elsewhere in the store)."""
-    sql = "INSERT INTO inbox (session_key, text, blocks, claimed_at) VALUES (?, ?, ?, ?) RETURNING id"
-    rows = await fetch(db, sql, session_key, text, dumps(blocks) if blocks is not None else None, ts(utcnow()))
+    sql = "INSERT INTO inbox (session_key, text, blocks, claimed_at, requester) VALUES (?, ?, ?, ?, ?) RETURNING id"
+    encoded = dumps(blocks) if blocks is not None else None
+    rows = await db.fetch(sql, session_key, text, encoded, ts(utcnow()), requester)
     return int(rows[0][0])
 
 
-async def mark_stored(db: aiosqlite.Connection, inbox_ids: Sequence[int], turn_id: str) -> None:
+async def mark_stored(db: Db, inbox_ids: Sequence[int], turn_id: str) -> None:
     """Inside the transaction that appends the messages holding these rows' text."""
     await db.executemany(
         "UPDATE inbox SET turn_id = ? WHERE id = ? AND turn_id IS NULL", [(turn_id, i) for i in inbox_ids]
     )
 
 
-async def mark_answered(db: aiosqlite.Connection, session_key: str) -> int:
+async def mark_answered(db: Db, session_key: str) -> int:
     """Every stored row of the session, not only the closing turn's: a resumed turn also answers the
     rows the turn it resumed had stored. A row still pending (it came after the last save) stays owed."""
     cursor = await db.execute(
@@ -102,12 +108,12 @@ class InboxQueries:
 
     if TYPE_CHECKING:
 
-        def _read(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+        def _read(self) -> AbstractAsyncContextManager[Db]: ...
 
-        def _write(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+        def _write(self) -> AbstractAsyncContextManager[Db]: ...
 
         @staticmethod
-        async def _require_session(db: aiosqlite.Connection, key: str) -> None: ...
+        async def _require_session(db: Db, key: str) -> None: ...
 
     async def claim_message(
         self,
@@ -117,40 +123,55 @@ class InboxQueries:
         *,
         address: dict[str, Any],
         blocks: list[dict[str, Any]] | None = None,
+        requester: str | None = None,
+        then: TxHook | None = None,
     ) -> InboxItem | None:
-        """Record `keys` as seen and `text` (with `blocks`, its content with files) as owed an answer, in one
-        transaction; None if any key was seen.
+        """Record `keys` as seen and `text` (with `blocks`, its content with files) by `requester` as owed an
+        answer, in one transaction; None if any key was seen.
 
         The session is created with `address` if it does not exist yet, else `address` is merged into
-        its stored one (new keys win): who speaks now is saved with what they said.
+        its stored one (new keys win): who speaks now is saved with what they said. `then` (PostgreSQL only)
+        runs on the connection inside the claim's transaction once the row is in, so work it queues there (a
+        job for the turn) commits with the claim or not at all.
         """
         now = ts(utcnow())
         try:
             async with self._write() as db:
-                for key in keys:
-                    sql = "INSERT OR IGNORE INTO seen_events (key, seen_at) VALUES (?, ?)"
+                for key in sorted(keys):  # one order for every claimer: two replicas never deadlock
+                    sql = "INSERT INTO seen_events (key, seen_at) VALUES (?, ?) ON CONFLICT DO NOTHING"
                     if (await db.execute(sql, (key, now))).rowcount == 0:
                         raise _Seen  # rolls the whole claim back: the twin that got here first owns it
+                merged = db.dialect.json_patch.format(a="sessions.address", b="excluded.address")
                 await db.execute(
                     "INSERT INTO sessions (key, created_at, address) VALUES (?, ?, ?) "
-                    "ON CONFLICT(key) DO UPDATE SET address = json_patch(sessions.address, excluded.address)",
+                    f"ON CONFLICT(key) DO UPDATE SET address = {merged}",
                     (session_key, now, dumps(address)),
                 )
-                inbox_id = await insert_inbox(db, session_key, text, blocks)
+                inbox_id = await insert_inbox(db, session_key, text, blocks, requester)
+                if then is not None:
+                    await db.hand_over(then)
         except _Seen:
             return None
-        return InboxItem(inbox_id, session_key, text, datetime.fromisoformat(now), None, blocks=blocks)
+        claimed_at = datetime.fromisoformat(now)
+        return InboxItem(inbox_id, session_key, text, claimed_at, None, blocks=blocks, requester=requester)
 
     async def open_inbox(self) -> dict[str, list[InboxItem]]:
         """Every row not answered yet, by session, oldest first: what a restart must resume."""
         sql = f"SELECT {_COLUMNS} FROM inbox WHERE answered_at IS NULL ORDER BY id"
         async with self._read() as db:
-            rows = await fetch(db, sql)
+            rows = await db.fetch(sql)
         found: dict[str, list[InboxItem]] = {}
         for row in rows:
             item = _item(row)
             found.setdefault(item.session_key, []).append(item)
         return found
+
+    async def session_inbox(self, session_key: str) -> list[InboxItem]:
+        """The session's rows not answered yet, oldest first: what its next turn owes an answer."""
+        sql = f"SELECT {_COLUMNS} FROM inbox WHERE session_key = ? AND answered_at IS NULL ORDER BY id"
+        async with self._read() as db:
+            rows = await db.fetch(sql, session_key)
+        return [_item(row) for row in rows]
 
     async def count_resume(self, session_key: str) -> None:
         """A start is resuming the session's open rows: count it before the turn runs."""

@@ -17,15 +17,17 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import aiosqlite
-
 from bot.calls.models import utcnow
-from bot.store.schema import dumps, fetch, ts
+from bot.store.db import Db, Row
+from bot.store.schema import dumps, ts
 
 _UPSERT_EDIT = """
-INSERT INTO outbox (session_key, channel, ts, text, blocks, created_at) VALUES (?, ?, ?, ?, ?, ?)
-ON CONFLICT(channel, ts) WHERE ts IS NOT NULL DO UPDATE SET text = excluded.text, blocks = excluded.blocks
+INSERT INTO outbox (session_key, channel, ts, text, blocks, created_at, replica) VALUES (?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT(channel, ts) WHERE ts IS NOT NULL
+DO UPDATE SET text = excluded.text, blocks = excluded.blocks, replica = excluded.replica
 """
+OWN = "(CAST(? AS TEXT) IS NULL OR replica = ?)"
+"""What this store's process owes: everything with one process (SQLite), its own rows in a cluster."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,12 +61,29 @@ def _loads(value: str | None) -> Any:
     return json.loads(value) if value is not None else None
 
 
+def owed_message(row: Row) -> OwedMessage:
+    return OwedMessage(
+        id=int(row["id"]),
+        session_key=row["session_key"],
+        channel=row["channel"],
+        thread_ts=row["thread_ts"],
+        ts=row["ts"],
+        text=row["text"],
+        blocks=_loads(row["blocks"]),
+        metadata=_loads(row["metadata"]),
+    )
+
+
 class OutboxQueries:
+    """Rows carry the replica that owes them; another takes them over when it is gone (`adopt_owed`)."""
+
+    replica: str | None
+
     if TYPE_CHECKING:
 
-        def _read(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+        def _read(self) -> AbstractAsyncContextManager[Db]: ...
 
-        def _write(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+        def _write(self) -> AbstractAsyncContextManager[Db]: ...
 
     async def owe_post(
         self,
@@ -77,12 +96,12 @@ class OutboxQueries:
     ) -> int:
         """Record a post before it is tried; returns its id (settle it with `settle_post` once Slack has it)."""
         async with self._write() as db:
-            cursor = await db.execute(
-                "INSERT INTO outbox (session_key, channel, thread_ts, text, blocks, metadata, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (session_key, channel, thread_ts, text, _dumps(blocks), _dumps(metadata), ts(utcnow())),
+            rows = await db.fetch(
+                "INSERT INTO outbox (session_key, channel, thread_ts, text, blocks, metadata, created_at, replica) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                *(session_key, channel, thread_ts, text, _dumps(blocks), _dumps(metadata), ts(utcnow()), self.replica),
             )
-            return int(cursor.lastrowid or 0)
+            return int(rows[0][0])
 
     async def settle_post(self, post_id: int) -> None:
         async with self._write() as db:
@@ -93,7 +112,7 @@ class OutboxQueries:
         if not edits:
             return
         now = ts(utcnow())
-        rows = [(e.session_key, e.channel, e.ts, e.text, _dumps(e.blocks), now) for e in edits]
+        rows = [(e.session_key, e.channel, e.ts, e.text, _dumps(e.blocks), now, self.replica) for e in edits]
         async with self._write() as db:
             await db.executemany(_UPSERT_EDIT, rows)
 
@@ -105,27 +124,15 @@ class OutboxQueries:
             return
         async with self._write() as db:
             await db.executemany(
-                "DELETE FROM outbox WHERE channel = ? AND ts = ? AND (? IS NULL OR text = ?)",
+                "DELETE FROM outbox WHERE channel = ? AND ts = ? AND (CAST(? AS TEXT) IS NULL OR text = ?)",
                 [(channel, ts_, text, text) for channel, ts_, text in landed],
             )
 
     async def owed_messages(self) -> list[OwedMessage]:
-        """Everything still owed, oldest first (so a session's posts keep their order)."""
+        """Everything this process owes, oldest first (so a session's posts keep their order)."""
         async with self._read() as db:
-            rows = await fetch(db, "SELECT * FROM outbox ORDER BY id")
-        return [
-            OwedMessage(
-                id=int(row["id"]),
-                session_key=row["session_key"],
-                channel=row["channel"],
-                thread_ts=row["thread_ts"],
-                ts=row["ts"],
-                text=row["text"],
-                blocks=_loads(row["blocks"]),
-                metadata=_loads(row["metadata"]),
-            )
-            for row in rows
-        ]
+            rows = await db.fetch(f"SELECT * FROM outbox WHERE {OWN} ORDER BY id", self.replica, self.replica)
+        return [owed_message(row) for row in rows]
 
 
 def _dumps(value: Any) -> str | None:

@@ -7,10 +7,9 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import aiosqlite
-
 from bot.calls.models import utcnow
-from bot.store.schema import fetch, ts
+from bot.store.db import Db
+from bot.store.schema import ts
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,16 +25,17 @@ class ProcessGroupRecord:
 class ProcessQueries:
     if TYPE_CHECKING:
 
-        def _read(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+        def _read(self) -> AbstractAsyncContextManager[Db]: ...
 
-        def _write(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+        def _write(self) -> AbstractAsyncContextManager[Db]: ...
 
     async def record_process_group(self, record: ProcessGroupRecord) -> None:
         """Remember the group while its call runs (committed when this returns)."""
         async with self._write() as db:
             await db.execute(
-                "INSERT OR REPLACE INTO call_processes (call_id, pgid, leader, owner, recorded_at) "
-                "VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO call_processes (call_id, pgid, leader, owner, recorded_at) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT(call_id) DO UPDATE SET pgid = excluded.pgid, leader = excluded.leader,"
+                " owner = excluded.owner, recorded_at = excluded.recorded_at",
                 (record.call_id, record.pgid, record.leader, record.owner, ts(utcnow())),
             )
 
@@ -49,5 +49,5 @@ class ProcessQueries:
     async def process_groups(self) -> list[ProcessGroupRecord]:
         """Every group still recorded: at start, those whose owner is gone are left over from a crash."""
         async with self._read() as db:
-            rows = await fetch(db, "SELECT call_id, pgid, leader, owner FROM call_processes ORDER BY recorded_at")
+            rows = await db.fetch("SELECT call_id, pgid, leader, owner FROM call_processes ORDER BY recorded_at")
         return [ProcessGroupRecord(row["call_id"], int(row["pgid"]), row["leader"], row["owner"]) for row in rows]

@@ -16,7 +16,6 @@ Mixed into `Store` so this SQL stays in the store package but out of `store.py`.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
@@ -24,12 +23,11 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-import aiosqlite
-
 from bot.calls.models import utcnow
+from bot.store.db import Db, Row
 from bot.store.inbox import insert_inbox
 from bot.store.reminder_posts import insert_post
-from bot.store.schema import fetch, ts, ts_or_none
+from bot.store.schema import ts, ts_or_none
 
 _COLUMNS = "id, session_key, kind, text, requester, due_at, cron, zone, status, fired_at, created_at"
 
@@ -82,7 +80,7 @@ class Reminder:
         return f"reminder:{self.id}"
 
 
-def _reminder(row: sqlite3.Row) -> Reminder:
+def _reminder(row: Row) -> Reminder:
     fired_at = row["fired_at"]
     return Reminder(
         id=int(row["id"]),
@@ -99,27 +97,29 @@ def _reminder(row: sqlite3.Row) -> Reminder:
     )
 
 
-async def _owe(db: aiosqlite.Connection, reminder: Reminder, run: datetime, owed: str | None) -> Reminder:
+async def _owe(db: Db, reminder: Reminder, run: datetime, owed: str | None, replica: str | None) -> Reminder:
     """Inside a claim: write what it promises (a reminder's post, a wait's note for its session)."""
     if owed is None:
         return reminder
     if reminder.kind is ReminderKind.WAKE:
         return replace(reminder, inbox_id=await insert_inbox(db, reminder.session_key, owed))
-    await insert_post(db, reminder.id, run, owed)
+    await insert_post(db, reminder.id, run, owed, replica)
     return reminder
 
 
 class ReminderQueries:
     """The reminder half of `Store`'s interface."""
 
+    replica: str | None
+
     if TYPE_CHECKING:
 
-        def _read(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+        def _read(self) -> AbstractAsyncContextManager[Db]: ...
 
-        def _write(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+        def _write(self) -> AbstractAsyncContextManager[Db]: ...
 
         @staticmethod
-        async def _require_session(db: aiosqlite.Connection, key: str) -> None: ...
+        async def _require_session(db: Db, key: str) -> None: ...
 
     async def add_reminders(self, items: Sequence[NewReminder]) -> list[Reminder]:
         """Insert in one transaction, all or nothing; each session must exist (KeyError otherwise)."""
@@ -134,7 +134,7 @@ class ReminderQueries:
                 await self._require_session(db, key)
             for item in items:
                 params = (item.session_key, item.kind.value, item.text, item.requester, ts(item.due_at))
-                rows = await fetch(db, sql, *params, item.cron, item.zone, created_at)
+                rows = await db.fetch(sql, *params, item.cron, item.zone, created_at)
                 added.append(_reminder(rows[0]))
         return added
 
@@ -143,7 +143,7 @@ class ReminderQueries:
 
     async def get_reminder(self, reminder_id: int) -> Reminder | None:
         async with self._read() as db:
-            rows = await fetch(db, f"SELECT {_COLUMNS} FROM reminders WHERE id = ?", reminder_id)
+            rows = await db.fetch(f"SELECT {_COLUMNS} FROM reminders WHERE id = ?", reminder_id)
         return _reminder(rows[0]) if rows else None
 
     async def pending_reminders(self, session_key: str | None = None) -> list[Reminder]:
@@ -151,7 +151,7 @@ class ReminderQueries:
         where, params = ("AND session_key = ?", (session_key,)) if session_key is not None else ("", ())
         sql = f"SELECT {_COLUMNS} FROM reminders WHERE status = 'pending' {where} ORDER BY due_at, id"
         async with self._read() as db:
-            rows = await fetch(db, sql, *params)
+            rows = await db.fetch(sql, *params)
         return [_reminder(row) for row in rows]
 
     async def claim_reminder(
@@ -176,8 +176,8 @@ class ReminderQueries:
             f"WHERE id = ? AND status = 'pending' AND due_at = ? AND cron IS NULL RETURNING {_COLUMNS}"
         )
         async with self._write() as db:
-            rows = await fetch(db, sql, outcome.value, fired_at, reminder_id, ts(due_at))
-            return await _owe(db, _reminder(rows[0]), due_at, owed) if rows else None
+            rows = await db.fetch(sql, outcome.value, fired_at, reminder_id, ts(due_at))
+            return await _owe(db, _reminder(rows[0]), due_at, owed, self.replica) if rows else None
 
     async def advance_reminder(
         self,
@@ -199,8 +199,8 @@ class ReminderQueries:
             f"WHERE id = ? AND status = 'pending' AND due_at = ? AND cron IS NOT NULL RETURNING {_COLUMNS}"
         )
         async with self._write() as db:
-            rows = await fetch(db, sql, ts(next_due_at), ts_or_none(fired_at), reminder_id, ts(due_at))
-            return await _owe(db, _reminder(rows[0]), run or due_at, owed) if rows else None
+            rows = await db.fetch(sql, ts(next_due_at), ts_or_none(fired_at), reminder_id, ts(due_at))
+            return await _owe(db, _reminder(rows[0]), run or due_at, owed, self.replica) if rows else None
 
     async def end_cron_reminder(
         self,
@@ -225,8 +225,8 @@ class ReminderQueries:
             f"WHERE id = ? AND status = 'pending' AND due_at = ? AND cron IS NOT NULL RETURNING {_COLUMNS}"
         )
         async with self._write() as db:
-            rows = await fetch(db, sql, outcome.value, fired_at, reminder_id, ts(due_at))
-            return await _owe(db, _reminder(rows[0]), run or due_at, owed) if rows else None
+            rows = await db.fetch(sql, outcome.value, fired_at, reminder_id, ts(due_at))
+            return await _owe(db, _reminder(rows[0]), run or due_at, owed, self.replica) if rows else None
 
     async def cancel_reminder(self, reminder_id: int, *, session_key: str) -> Reminder | None:
         """Cancel a pending reminder of this session; None if there is none (another session's counts as none)."""
@@ -235,5 +235,5 @@ class ReminderQueries:
             f"WHERE id = ? AND session_key = ? AND status = 'pending' RETURNING {_COLUMNS}"
         )
         async with self._write() as db:
-            rows = await fetch(db, sql, reminder_id, session_key)
+            rows = await db.fetch(sql, reminder_id, session_key)
         return _reminder(rows[0]) if rows else None

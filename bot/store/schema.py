@@ -1,4 +1,4 @@
-"""The database schema (an ordered list of migrations) and how values are written to it.
+"""The SQLite schema (an ordered list of migrations) and how values are written to it (both back ends).
 
 `MIGRATIONS[i]` brings the database to version `i + 1`. The version lives in
 `PRAGMA user_version`, so a database knows how far it has been migrated without
@@ -10,6 +10,7 @@ Conventions the store relies on:
 - timestamps are TEXT, ISO 8601 in UTC with microseconds, so they sort as text;
 - JSON values are TEXT written by `json.dumps(..., ensure_ascii=False)`;
 - booleans are INTEGER 0/1.
+The PostgreSQL schema (bot/store/pg_schema.py) keeps the same conventions, so one set of queries serves both.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import aiosqlite
 
 from bot.calls.models import ToolCall
 from bot.errors import StoreError
+from bot.store.db import Row
 
 _V1 = """
 CREATE TABLE sessions (
@@ -199,7 +201,16 @@ CREATE UNIQUE INDEX outbox_edit_per_message ON outbox(channel, ts) WHERE ts IS N
 # inbox, owed reminder posts, the Slack outbox), its token books and the compaction archive.
 _V4 = _CALL_PROCESSES + _MODEL_USAGE + _MESSAGES_ARCHIVE + _INBOX + _REMINDER_POSTS + _OUTBOX
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4]
+# The replica that saves a call, or owes a post (bot/store/calls.py, outbox.py, reminder_posts.py); NULL in
+# SQLite mode, where one process is the only writer. And who wrote each inbox row (bot/store/inbox.py).
+_V5 = """
+ALTER TABLE tool_calls ADD COLUMN replica TEXT;
+ALTER TABLE outbox ADD COLUMN replica TEXT;
+ALTER TABLE reminder_posts ADD COLUMN replica TEXT;
+ALTER TABLE inbox ADD COLUMN requester TEXT;
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5]
 
 # The tool_calls columns, named as `ToolCall.to_record()` names its keys.
 CALL_COLUMNS = (
@@ -236,17 +247,12 @@ def call_to_row(call: ToolCall) -> tuple[Any, ...]:
     return tuple(record[column] for column in CALL_COLUMNS)
 
 
-def call_from_row(row: sqlite3.Row) -> ToolCall:
+def call_from_row(row: Row) -> ToolCall:
     """The inverse of `call_to_row`; the row must carry every column of `CALL_COLUMNS`."""
     record = dict(zip(row.keys(), tuple(row), strict=True))
     for column in ("input", "result", "progress"):
         record[column] = json.loads(record[column])
     return ToolCall.from_record(record)
-
-
-async def fetch(db: aiosqlite.Connection, sql: str, *params: Any) -> list[sqlite3.Row]:
-    """All rows of a query, as a list (aiosqlite hands back an iterable)."""
-    return list(await db.execute_fetchall(sql, params))
 
 
 async def schema_version(db: aiosqlite.Connection) -> int:

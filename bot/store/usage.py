@@ -13,10 +13,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-import aiosqlite
-
 from bot.calls.models import utcnow
-from bot.store.schema import fetch, ts
+from bot.store.db import Db
+from bot.store.schema import ts
 from bot.types import Usage
 
 
@@ -31,7 +30,7 @@ class UsageGrouping(StrEnum):
 # What each grouping sums over; `channel` reads the edge's address of the session (Slack's channel id).
 _GROUP_SQL = {
     UsageGrouping.DAY: "substr(u.at, 1, 10)",
-    UsageGrouping.CHANNEL: "COALESCE(json_extract(s.address, '$.channel'), '(none)')",
+    UsageGrouping.CHANNEL: "COALESCE({channel}, '(none)')",
     UsageGrouping.USER: "COALESCE(u.requester, '(none)')",
     UsageGrouping.MODEL: "u.model",
     UsageGrouping.SESSION: "u.session_key",
@@ -51,9 +50,9 @@ class UsageRow:
 class UsageQueries:
     if TYPE_CHECKING:
 
-        def _read(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+        def _read(self) -> AbstractAsyncContextManager[Db]: ...
 
-        def _write(self) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+        def _write(self) -> AbstractAsyncContextManager[Db]: ...
 
     async def record_usage(
         self, *, session_key: str, turn_id: str | None, model: str, usage: Usage, requester: str | None = None
@@ -77,15 +76,16 @@ class UsageQueries:
 
     async def usage_by(self, grouping: UsageGrouping, *, since: datetime | None = None) -> list[UsageRow]:
         """Token totals per group and model since `since` (all time when None), largest groups first."""
-        group = _GROUP_SQL[grouping]
-        sql = (
-            f"SELECT {group} AS grp, u.model, COUNT(*), SUM(u.input_tokens), SUM(u.output_tokens),"
-            " SUM(u.cache_read_tokens), SUM(u.cache_write_tokens)"
-            " FROM model_usage u LEFT JOIN sessions s ON s.key = u.session_key"
-            " WHERE u.at >= ? GROUP BY grp, u.model ORDER BY grp, u.model"
-        )
         async with self._read() as db:
-            rows = await fetch(db, sql, ts(since) if since is not None else "")
+            channel = db.dialect.json_field.format(doc="s.address", name="channel")
+            group = _GROUP_SQL[grouping].format(channel=channel)
+            sql = (
+                f"SELECT {group} AS grp, u.model, COUNT(*), SUM(u.input_tokens), SUM(u.output_tokens),"
+                " SUM(u.cache_read_tokens), SUM(u.cache_write_tokens)"
+                " FROM model_usage u LEFT JOIN sessions s ON s.key = u.session_key"
+                " WHERE u.at >= ? GROUP BY grp, u.model ORDER BY grp, u.model"
+            )
+            rows = await db.fetch(sql, ts(since) if since is not None else "")
         return [
             UsageRow(str(row[0]), str(row[1]), int(row[2]), Usage(int(row[3]), int(row[4]), int(row[5]), int(row[6])))
             for row in rows

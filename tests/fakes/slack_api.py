@@ -14,6 +14,13 @@ Usage::
         await slack.send_event(slack.mention("C1", "hello"))
         await slack.wait_for(lambda: slack.posts_in_thread("C1", ts))
 
+Several replicas, each with its own Socket Mode client, as Slack treats an app's connections::
+
+    async with FakeSlack(routing="random", seed=1, redeliver_fraction=0.2) as slack:
+        ...  # start the replicas, then wait for len(slack.open_connections) == 3
+        await slack.send_event(slack.mention("C1", "hello"))  # one random session; retried until acked
+        slack.deliveries_per_connection(), slack.acked_by(envelope_id), slack.redeliveries, slack.abandoned
+
 Everything runs on the test's event loop; observation is event-driven (``wait_for`` wakes on every API call,
 ack and connection change) so tests need no sleeps.
 """
@@ -35,7 +42,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlencode
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -45,6 +52,7 @@ from fakes.slack_files import FakeFiles
 
 JsonDict = dict[str, Any]
 T = TypeVar("T")
+Routing = Literal["newest", "random"]
 
 BOT_USER_ID = "UBOT"
 BOT_ID = "BBOT"
@@ -53,6 +61,8 @@ TEAM_ID = "T1"
 APP_ID = "A1"
 TEAM_DOMAIN = "threadbot-test"
 VERIFICATION_TOKEN = "fake-verification-token"
+MAX_SOCKET_CONNECTIONS = 10  # per app; Slack refuses the 11th with too_many_websockets
+MAX_EVENT_RETRIES = 3  # Slack's retries of an unacked event (retry_attempt 1..3), then it gives up
 
 # Params that slack_sdk form-encodes as JSON strings (e.g. when blocks are passed via ``data=``/``params=``).
 _JSON_PARAMS = frozenset({"blocks", "attachments", "metadata", "user_auth_blocks", "prompts"})
@@ -176,6 +186,17 @@ class SentEnvelope:
     time: float
     connection_id: int
 
+    @property
+    def retry_attempt(self) -> int:
+        """0 for a first delivery, 1..3 for Slack's retries (``retry_attempt`` beside the payload)."""
+        return int(self.body.get("retry_attempt") or 0)
+
+    @property
+    def event_id(self) -> str | None:
+        """The Events API ``event_id`` the envelope carries (the same on every retry); None for other types."""
+        payload = self.body.get("payload")
+        return str(payload["event_id"]) if isinstance(payload, dict) and "event_id" in payload else None
+
 
 @dataclass(frozen=True)
 class Ack:
@@ -184,6 +205,30 @@ class Ack:
     envelope_id: str
     time: float
     payload: JsonDict | None
+    connection_id: int
+    """The Socket Mode session the ack came in on."""
+
+
+@dataclass(frozen=True)
+class Redelivery:
+    """An events_api envelope Slack sent again: ``cause`` is ``"timeout"`` (no ack within ``redeliver_after_s``)
+    or ``"duplicate"`` (drawn by ``redeliver_fraction``, sent even though the first one may be acked). The
+    client sees ``retry_reason: "timeout"`` either way, as it cannot tell them apart in Slack either."""
+
+    event_id: str
+    envelope_id: str
+    attempt: int
+    cause: str
+    time: float
+
+
+@dataclass(frozen=True)
+class RefusedConnection:
+    """A Socket Mode session Slack turned away (``disconnect`` with ``reason``) instead of saying hello."""
+
+    ticket: str
+    reason: str
+    time: float
 
 
 @dataclass(frozen=True)
@@ -379,8 +424,9 @@ class FakeSlack:
     """A Slack workspace (team T1, bot UBOT/BBOT, app A1) with a real HTTP Web API and a Socket Mode WebSocket.
 
     State worth inspecting: ``calls`` (every Web API request), ``acks``/``envelopes`` (Socket Mode), ``ephemerals``,
-    ``response_url_posts``, ``assistant_statuses``, ``rate_limited``, ``random_failures``. Configure
-    ``users``/``channels`` dicts to override what ``users.info``/``conversations.info`` return."""
+    ``response_url_posts``, ``assistant_statuses``, ``rate_limited``, ``random_failures``, and for several Socket
+    Mode clients ``redeliveries``, ``abandoned``, ``refused_connections``, ``deliveries_per_connection()``.
+    Configure ``users``/``channels`` dicts to override what ``users.info``/``conversations.info`` return."""
 
     def __init__(
         self,
@@ -388,13 +434,32 @@ class FakeSlack:
         tokens: Collection[str] | None = None,
         poll_interval: float = 0.05,
         ws_close_timeout: float = 2.0,
+        routing: Routing = "newest",
+        seed: int = 0,
+        redeliver_after_s: float | None = 3.0,
+        redeliver_fraction: float = 0.0,
+        max_connections: int = MAX_SOCKET_CONNECTIONS,
     ) -> None:
         """``tokens``: if given, only these tokens authenticate (others get ``invalid_auth``); by default any
         ``xoxb-``/``xoxp-``/``xapp-`` token is accepted. ``poll_interval`` bounds how stale ``wait_for`` can be
-        for predicates over state the fake does not see change (e.g. the bot's own database)."""
+        for predicates over state the fake does not see change (e.g. the bot's own database).
+
+        Socket Mode as a cluster sees it (each is also an attribute, changeable while running):
+        ``routing="random"`` sends each envelope to one open session drawn from ``rng`` (``random.Random(seed)``),
+        as Slack spreads envelopes over an app's connections; ``"newest"`` (the default) keeps to the session
+        opened last, which is all one client ever has. An events_api envelope not acked within
+        ``redeliver_after_s`` is sent again (``None``: never), at most ``MAX_EVENT_RETRIES`` times, each time to
+        a session chosen the same way; ``redeliver_fraction`` of first deliveries are also sent a second time at
+        once, acked or not. Interactive envelopes are never retried. A session opened while
+        ``max_connections`` are open gets ``disconnect``/``too_many_websockets`` instead of ``hello``."""
         self.tokens = set(tokens) if tokens is not None else None
         self.poll_interval = poll_interval
         self.ws_close_timeout = ws_close_timeout
+        self.routing: Routing = routing
+        self.rng = random.Random(seed)
+        self.redeliver_after_s = redeliver_after_s
+        self.redeliver_fraction = redeliver_fraction
+        self.max_connections = max_connections
 
         self.calls: list[ApiCall] = []  # answered calls, in answer order
         self.pending: list[ApiCall] = []  # calls received but not answered yet (latency / hold)
@@ -408,6 +473,10 @@ class FakeSlack:
         self.acks: dict[str, Ack] = {}
         self.socket_messages: list[JsonDict] = []  # non-ack frames from the client
         self.connections: list[SocketConnection] = []
+        self.refused_connections: list[RefusedConnection] = []
+        self.redeliveries: list[Redelivery] = []
+        self.abandoned: list[str] = []  # event_ids Slack stopped retrying, unacked (or with nowhere to send them)
+        self._chasers: set[asyncio.Task[None]] = set()
         self.response_url_posts: list[ResponseUrlPost] = []
 
         self._messages: dict[tuple[str, str], StoredMessage] = {}
@@ -466,6 +535,9 @@ class FakeSlack:
         for event in (*self._holds.values(), *self._holds_after.values()):
             event.set()
         self._stop.set()
+        for task in self._chasers:
+            task.cancel()
+        await asyncio.gather(*self._chasers, return_exceptions=True)
         await self.drop_connections(code=WSCloseCode.GOING_AWAY)
         if self._runner is not None:
             await self._runner.cleanup()
@@ -504,6 +576,14 @@ class FakeSlack:
         """Wait until ``predicate()`` is truthy and return its value; re-checked on every fake state change.
 
         Raises TimeoutError naming the predicate and the last API calls, so a failing e2e test says what happened."""
+        value = await self._poll(predicate, timeout)
+        if value is None:
+            what = description or getattr(predicate, "__qualname__", repr(predicate))
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}; {self.describe_recent()}")
+        return value
+
+    async def _poll(self, predicate: Callable[[], T | None], timeout: float) -> T | None:  # noqa: ASYNC109
+        """``predicate()``'s first truthy value within ``timeout``, else None."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
@@ -512,11 +592,11 @@ class FakeSlack:
                 return value
             remaining = deadline - loop.time()
             if remaining <= 0:
-                what = description or getattr(predicate, "__qualname__", repr(predicate))
-                raise TimeoutError(f"timed out after {timeout}s waiting for {what}; {self.describe_recent()}")
+                return None
             changed = self._changed
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), timeout=min(remaining, self.poll_interval))
+                async with asyncio.timeout(min(remaining, self.poll_interval)):
+                    await changed.wait()
 
     def describe_recent(self, n: int = 10) -> str:
         """A one-line summary of the last ``n`` API calls and socket state, for assertion messages."""
@@ -1163,10 +1243,14 @@ class FakeSlack:
     async def _handle_ws(self, request: web.Request) -> web.WebSocketResponse:
         """A Socket Mode session: hello on connect, then record acks until either side closes.
         Pings from the SDK (``sdk-ping-pong:<t>``) are answered with the same payload, unless the test turned
-        ``answers_pings`` off on the connection."""
+        ``answers_pings`` off on the connection. Beyond ``max_connections`` open ones, the session is refused."""
         ws = web.WebSocketResponse(autoping=False, timeout=self.ws_close_timeout)
         await ws.prepare(request)
-        conn = SocketConnection(len(self.connections) + 1, request.query.get("ticket", ""), ws, time.perf_counter())
+        ticket = request.query.get("ticket", "")
+        if len(self.open_connections) >= self.max_connections:
+            await self._refuse(ws, ticket, "too_many_websockets")
+            return ws
+        conn = SocketConnection(len(self.connections) + 1, ticket, ws, time.perf_counter())
         self.connections.append(conn)
         hello = {
             "type": "hello",
@@ -1179,7 +1263,7 @@ class FakeSlack:
             self._notify()
             async for msg in ws:
                 if msg.type == WSMsgType.TEXT:
-                    self._on_client_frame(msg.data)
+                    self._on_client_frame(conn, msg.data)
                 elif msg.type == WSMsgType.PING and conn.answers_pings:
                     await ws.pong(msg.data)
         finally:
@@ -1187,14 +1271,25 @@ class FakeSlack:
             self._notify()
         return ws
 
-    def _on_client_frame(self, data: str) -> None:
+    async def _refuse(self, ws: web.WebSocketResponse, ticket: str, reason: str) -> None:
+        """What Slack sends the 11th session of an app: ``disconnect`` where ``hello`` would be, then a close.
+        slack_sdk answers a ``disconnect`` by fetching a new URL and connecting again at once, so a refused
+        client keeps knocking (each attempt recorded) until a session closes and it gets in."""
+        self.refused_connections.append(RefusedConnection(ticket, reason, time.perf_counter()))
+        self._notify()
+        frame = {"type": "disconnect", "reason": reason, "debug_info": {"host": "applink-fake"}}
+        with contextlib.suppress(ConnectionError, TimeoutError):
+            await ws.send_str(json.dumps(frame))
+            await ws.close(code=WSCloseCode.TRY_AGAIN_LATER, message=reason.encode())
+
+    def _on_client_frame(self, conn: SocketConnection, data: str) -> None:
         try:
             frame = json.loads(data)
         except ValueError:
             frame = {"raw": data}
         if isinstance(frame, dict) and "envelope_id" in frame:
             envelope_id = str(frame["envelope_id"])
-            self.acks.setdefault(envelope_id, Ack(envelope_id, time.perf_counter(), frame.get("payload")))
+            self.acks.setdefault(envelope_id, Ack(envelope_id, time.perf_counter(), frame.get("payload"), conn.id))
         else:
             self.socket_messages.append(frame if isinstance(frame, dict) else {"raw": frame})
         self._notify()
@@ -1223,33 +1318,45 @@ class FakeSlack:
         extra: Mapping[str, Any] | None = None,
         connect_timeout: float = 10.0,
     ) -> str:
-        """Push any envelope (events_api, interactive, slash_commands...) on the newest open session, waiting
-        for one if the client is (re)connecting. Returns the envelope_id to ``wait_ack`` on."""
-        envelope_id = str(uuid.uuid4())
+        """Push any envelope (events_api, interactive, slash_commands...) on one open session (see ``routing``),
+        waiting for one if the client is (re)connecting. Returns the envelope_id to ``wait_ack`` on. Sent as
+        is, once: Slack's retries of events come with ``send_event``."""
+        sent = await self._send(envelope_type, payload, accepts_response_payload, extra or {}, connect_timeout)
+        return sent.envelope_id
+
+    async def _send(
+        self,
+        envelope_type: str,
+        payload: JsonDict,
+        accepts_response_payload: bool,
+        extra: Mapping[str, Any],
+        connect_timeout: float,
+    ) -> SentEnvelope:
         body: JsonDict = {
-            "envelope_id": envelope_id,
+            "envelope_id": str(uuid.uuid4()),
             "payload": payload,
             "type": envelope_type,
             "accepts_response_payload": accepts_response_payload,
-            **(extra or {}),
+            **extra,
         }
-        await self._push(body, connect_timeout)
-        return envelope_id
-
-    async def _push(self, body: JsonDict, connect_timeout: float) -> None:
         raw = json.dumps(body)
         while True:
-            conn = await self.wait_connected(connect_timeout)
+            conn = await self._route(connect_timeout)
+            sent = SentEnvelope(body["envelope_id"], envelope_type, body, time.perf_counter(), conn.id)
+            self.envelopes.append(sent)
             try:
-                self.envelopes.append(
-                    SentEnvelope(body["envelope_id"], body["type"], body, time.perf_counter(), conn.id)
-                )
                 await conn.ws.send_str(raw)
-                self._notify()
-                return
             except ConnectionError:
-                self.envelopes.pop()
+                self.envelopes.remove(sent)
                 conn.closed_at = conn.closed_at or time.perf_counter()
+                continue
+            self._notify()
+            return sent
+
+    async def _route(self, connect_timeout: float) -> SocketConnection:
+        """The session the next envelope goes to; waits up to ``connect_timeout`` for one to be open."""
+        newest = await self.wait_connected(connect_timeout)
+        return newest if self.routing == "newest" else self.rng.choice(self.open_connections)
 
     async def send_event(
         self,
@@ -1261,11 +1368,44 @@ class FakeSlack:
         team_id: str = TEAM_ID,
         connect_timeout: float = 10.0,
     ) -> str:
-        """Deliver an Events API event exactly as Slack wraps it. Reuse ``event_id`` with ``retry_num`` to
-        simulate Slack's redelivery of an event it thinks was not acked. Returns the envelope_id."""
+        """Deliver an Events API event exactly as Slack wraps it, and retry it as Slack does (see the constructor:
+        ``redeliver_after_s``, ``redeliver_fraction``). Reuse ``event_id`` with ``retry_num`` to simulate one of
+        Slack's retries by hand. Returns the envelope_id of this first send."""
         payload = event_callback_body(event, event_id=event_id, team_id=team_id)
         extra = {"retry_attempt": retry_num or 0, "retry_reason": retry_reason if retry_num else ""}
-        return await self.send_envelope("events_api", payload, extra=extra, connect_timeout=connect_timeout)
+        chain = [await self._send("events_api", payload, False, extra, connect_timeout)]
+        duplicate = self.redeliver_fraction > 0 and self.rng.random() < self.redeliver_fraction
+        if duplicate and chain[0].retry_attempt < MAX_EVENT_RETRIES:
+            chain.append(await self._retry(chain[0], "duplicate"))
+        if self.redeliver_after_s is not None:
+            task = asyncio.create_task(self._chase(chain))
+            self._chasers.add(task)
+            task.add_done_callback(self._chasers.discard)
+        return chain[0].envelope_id
+
+    async def _chase(self, chain: list[SentEnvelope]) -> None:
+        """Slack's side of one event: send it again until one of its envelopes is acked, or give up."""
+        while (after_s := self.redeliver_after_s) is not None:
+            if await self._poll(lambda: any(e.envelope_id in self.acks for e in chain), after_s):
+                return
+            if chain[-1].retry_attempt >= MAX_EVENT_RETRIES:
+                break
+            try:
+                chain.append(await self._retry(chain[-1], "timeout"))
+            except TimeoutError:  # no session open for as long as Slack waits for an ack
+                break
+        if not any(e.envelope_id in self.acks for e in chain):
+            self.abandoned.append(str(chain[0].event_id))
+            self._notify()
+
+    async def _retry(self, last: SentEnvelope, cause: str) -> SentEnvelope:
+        """A new envelope of the same event (same ``event_id``), ``retry_attempt`` one up."""
+        attempt = last.retry_attempt + 1
+        extra = {"retry_attempt": attempt, "retry_reason": "timeout"}
+        sent = await self._send(last.type, last.body["payload"], False, extra, self.redeliver_after_s or 10.0)
+        self.redeliveries.append(Redelivery(str(last.event_id), sent.envelope_id, attempt, cause, sent.time))
+        self._notify()
+        return sent
 
     async def redeliver(self, envelope_id: str, reason: str = "timeout") -> str:
         """Resend an events_api envelope the way Slack retries: new envelope_id, same event_id, retry_attempt+1."""
@@ -1275,7 +1415,7 @@ class FakeSlack:
         return await self.send_envelope(old.type, old.body["payload"], extra=extra)
 
     async def send_interactive(self, payload: Mapping[str, Any]) -> str:
-        """Deliver an interactive payload (e.g. from ``block_action``); returns the envelope_id."""
+        """Deliver an interactive payload (e.g. from ``block_action``); returns the envelope_id. Never retried."""
         return await self.send_envelope("interactive", dict(payload), accepts_response_payload=False)
 
     async def wait_ack(self, envelope_id: str, timeout: float = 5.0) -> float:  # noqa: ASYNC109
@@ -1287,6 +1427,23 @@ class FakeSlack:
     def unacked(self) -> list[SentEnvelope]:
         """Envelopes sent but not (yet) acknowledged."""
         return [e for e in self.envelopes if e.envelope_id not in self.acks]
+
+    def envelopes_of(self, event_id: str) -> list[SentEnvelope]:
+        """Every envelope that carried one event (the first delivery and Slack's retries), in sending order."""
+        return [e for e in self.envelopes if e.event_id == event_id]
+
+    def event_acked(self, event_id: str) -> bool:
+        """True once any envelope of the event was acked: then Slack counts it delivered and stops retrying."""
+        return any(e.envelope_id in self.acks for e in self.envelopes_of(event_id))
+
+    def acked_by(self, envelope_id: str) -> int | None:
+        """The id of the session whose client acked the envelope; None while unacked."""
+        ack = self.acks.get(envelope_id)
+        return ack.connection_id if ack is not None else None
+
+    def deliveries_per_connection(self) -> Counter[int]:
+        """Envelopes sent, by session id (retries included)."""
+        return Counter(e.connection_id for e in self.envelopes)
 
     async def request_reconnect(self, reason: str = "refresh_requested") -> None:
         """Send Slack's ``disconnect`` message on every open session; the SDK then calls apps.connections.open

@@ -1,0 +1,170 @@
+"""The doorbell: PostgreSQL NOTIFY tells the replica that owns a thread to look at the database now.
+
+Injections and cancels are written as durable rows first; the ring only shortens the wait, so a
+lost ring costs latency, never data. Each replica keeps one LISTEN connection; when it drops, the
+doorbell reconnects with backoff and runs the polling backstop once right away (rings sent while
+it was deaf are gone), and the backstop also runs every `backstop_s` for anything else missed.
+
+NOTIFY and LISTEN need a session-level connection: they do not pass through PgBouncer in
+transaction pooling mode. Point the DSN at PostgreSQL directly or at a session-mode pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from bot.cluster.link import Link, connect
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "threadbot"
+
+IDLE_CHECK_S = 30.0
+"""How long the listener waits in silence before proving the connection alive with a query."""
+
+
+@dataclass(frozen=True)
+class Ring:
+    """One notification: what happened (`kind`) to which thread or call (`key`), plus any extras."""
+
+    kind: str
+    key: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def encode(kind: str, key: str, extra: dict[str, Any]) -> str:
+    return json.dumps({**extra, "kind": kind, "key": key}, separators=(",", ":"))
+
+
+def decode(payload: str) -> Ring | None:
+    """The ring in a payload, or None for one that is not ours (anyone may NOTIFY the channel)."""
+    try:
+        data = json.loads(payload)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    kind, key = data.pop("kind", None), data.pop("key", None)
+    if not isinstance(kind, str) or not isinstance(key, str):
+        return None
+    return Ring(kind, key, data)
+
+
+class Doorbell:
+    """One replica's LISTEN connection and its sending side."""
+
+    def __init__(
+        self,
+        *,
+        dsn: str,
+        handler: Callable[[Ring], Awaitable[None]],
+        backstop: Callable[[], Awaitable[None]],
+        backstop_s: float = 5.0,
+        channel: str = CHANNEL,
+        backoff_s: tuple[float, float] = (0.1, 5.0),
+    ) -> None:
+        self._dsn = dsn
+        self._handler = handler
+        self._backstop = backstop
+        self._backstop_s = backstop_s
+        self._channel = channel
+        self._backoff_s = backoff_s
+        self._sender = Link(dsn, application_name=f"threadbot doorbell sender {channel}")
+        self._tasks: list[asyncio.Task[None]] = []
+        self._handling: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        """LISTEN now (raising if the database is unreachable at start), then keep listening."""
+        conn = await self._listen()
+        self._tasks = [
+            asyncio.create_task(self._listen_forever(conn), name="doorbell listener"),
+            asyncio.create_task(self._poll_forever(), name="doorbell backstop"),
+        ]
+
+    async def stop(self) -> None:
+        """Stop listening and polling; handlers already running are cancelled too."""
+        tasks, self._tasks = [*self._tasks, *self._handling], []
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._sender.close()
+
+    async def ring(self, kind: str, key: str, conn: psycopg.AsyncConnection[Any] | None = None, **extra: Any) -> None:
+        """Notify every replica; inside `conn`'s transaction the ring is delivered only at its commit."""
+        args = (self._channel, encode(kind, key, extra))
+        if conn is not None:
+            await conn.execute("SELECT pg_notify(%s, %s)", args)
+            return
+        try:
+            await self._sender.execute("SELECT pg_notify(%s, %s)", args)
+        except psycopg.OperationalError:  # the sending connection broke since the last ring: one more try
+            await self._sender.close()
+            await self._sender.execute("SELECT pg_notify(%s, %s)", args)
+
+    async def _listen(self) -> psycopg.AsyncConnection[Any]:
+        conn = await connect(self._dsn, application_name=f"threadbot doorbell {self._channel}")
+        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+        return conn
+
+    async def _listen_forever(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        while True:
+            try:
+                await self._consume(conn)
+            except psycopg.Error as exc:  # any of them: a listener that gives up leaves only the backstop
+                log.warning("doorbell connection lost (%s); reconnecting", exc)
+            finally:
+                await conn.close()
+            conn = await self._reconnect()
+            self._spawn(self._run_backstop())
+
+    async def _consume(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Dispatch rings until the connection fails; silence is checked with a query now and then."""
+        while True:
+            async for notify in conn.notifies(timeout=IDLE_CHECK_S):
+                ring = decode(notify.payload)
+                if ring is None:
+                    log.warning("doorbell ignored a payload that is not a ring: %.200s", notify.payload)
+                else:
+                    self._spawn(self._dispatch(ring))
+            await conn.execute("SELECT 1")
+
+    async def _reconnect(self) -> psycopg.AsyncConnection[Any]:
+        delay_s, max_s = self._backoff_s
+        while True:
+            try:
+                return await self._listen()
+            except psycopg.Error as exc:
+                log.warning("doorbell cannot reconnect (%s); next try in %.1f s", exc, delay_s)
+            await asyncio.sleep(delay_s)
+            delay_s = min(delay_s * 2, max_s)
+
+    async def _poll_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._backstop_s)
+            await self._run_backstop()
+
+    async def _run_backstop(self) -> None:
+        try:
+            await self._backstop()
+        except Exception:
+            log.exception("doorbell backstop failed")
+
+    async def _dispatch(self, ring: Ring) -> None:
+        try:
+            await self._handler(ring)
+        except Exception:
+            log.exception("doorbell handler failed for %s %s", ring.kind, ring.key)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run a handler beside the listener, so a slow one never delays the next ring."""
+        task = asyncio.create_task(coro)
+        self._handling.add(task)
+        task.add_done_callback(self._handling.discard)

@@ -1,0 +1,145 @@
+"""What only a cluster asks of the PostgreSQL store: the rings' log, gone replicas' leftovers, and
+whatever nobody took up.
+
+Mixed into `PostgresStore`. Rings are the durable half of the doorbell (bot/cluster/node.py):
+a row per ring (`cluster_rings`, in pg_schema.py), so a replica that missed a NOTIFY finds it on
+its next look.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, LiteralString
+
+import psycopg
+
+from bot.calls.models import ToolCall, utcnow
+from bot.store.calls import ORPHANED_ERROR
+from bot.store.db import PgDb
+from bot.store.outbox import OwedMessage, owed_message
+from bot.store.reminder_posts import reminder_post
+from bot.store.schema import CALL_COLUMNS, call_from_row, ts
+from bot.types import ReminderPost
+
+# A session is owed something (input, or a result that outlived its turn) and no job of its thread is
+# queued or running: nobody will take it up unless offered.
+_UNATTENDED = """
+SELECT owed.session_key FROM (
+    SELECT session_key FROM inbox WHERE answered_at IS NULL AND claimed_at < %s
+    UNION
+    SELECT session_key FROM tool_calls
+    WHERE delivered = 0 AND status NOT IN ('pending', 'running') AND completed_at < %s
+) AS owed
+WHERE NOT EXISTS (
+    SELECT 1 FROM procrastinate_jobs AS j
+    WHERE j.lock = 'thread:' || owed.session_key AND j.status IN ('todo', 'doing')
+)
+"""
+
+
+# Posts owed by replicas that are gone (dead, or stopped before Slack took them) become this replica's.
+_ADOPT_POSTS = """
+UPDATE outbox SET replica = ?
+WHERE replica IN (SELECT id FROM replicas WHERE state IN ('dead', 'stopped'))
+RETURNING *
+"""
+_ADOPT_REMINDER_POSTS = """
+UPDATE reminder_posts AS p SET replica = ? FROM reminders AS r
+WHERE r.id = p.reminder_id AND p.state = 'owed'
+AND p.replica IN (SELECT id FROM replicas WHERE state IN ('dead', 'stopped'))
+RETURNING p.reminder_id, p.due_at, r.session_key, p.text, r.requester, p.claimed_at
+"""
+
+
+# Every open call of a replica declared dead: asked on every reap, so a reap that failed halfway is finished.
+_ORPHAN_DEAD = f"""
+UPDATE tool_calls SET status = 'orphaned', completed_at = ?, error = ?
+WHERE status IN ('pending', 'running') AND replica IN (SELECT id FROM replicas WHERE state = 'dead')
+RETURNING {", ".join(CALL_COLUMNS)}
+"""
+_PRUNE_REPLICAS = """
+DELETE FROM replicas WHERE state IN ('dead', 'stopped') AND heartbeat_at < now() - make_interval(secs => ?)
+AND NOT EXISTS (SELECT 1 FROM tool_calls WHERE replica = replicas.id AND status IN ('pending', 'running'))
+AND NOT EXISTS (SELECT 1 FROM outbox WHERE replica = replicas.id)
+AND NOT EXISTS (SELECT 1 FROM reminder_posts WHERE replica = replicas.id AND state = 'owed')
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class RingRecord:
+    id: int
+    kind: str
+    key: str
+    body: dict[str, Any]
+
+
+class ClusterQueries:
+    """The rings' log, what gone replicas left, and the backstop's question: what owed has no job to take it up?"""
+
+    replica: str | None
+
+    if TYPE_CHECKING:
+
+        def transaction(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]: ...
+
+    async def add_ring(self, conn: psycopg.AsyncConnection[Any], kind: str, key: str, body: dict[str, Any]) -> int:
+        """Log a ring inside the caller's transaction (its NOTIFY goes out in the same commit)."""
+        cursor = await conn.execute(
+            "INSERT INTO cluster_rings (kind, key, body) VALUES (%s, %s, %s) RETURNING id",
+            (kind, key, json.dumps(body)),
+        )
+        row = await cursor.fetchone()
+        assert row is not None
+        return int(row[0])
+
+    async def recent_rings(self, within_s: float, after_id: int) -> list[RingRecord]:
+        """Rings of the last `within_s` seconds with ids above `after_id`, oldest first."""
+        async with self.transaction() as conn:
+            cursor = await conn.execute(
+                "SELECT id, kind, key, body FROM cluster_rings"
+                " WHERE at > now() - make_interval(secs => %s) AND id > %s ORDER BY id",
+                (within_s, after_id),
+            )
+            return [RingRecord(int(r[0]), str(r[1]), str(r[2]), dict(r[3])) for r in await cursor.fetchall()]
+
+    async def last_ring_id(self) -> int:
+        """The newest ring's id (0 when there is none): where a replica that starts begins to listen."""
+        async with self.transaction() as conn:
+            cursor = await conn.execute("SELECT COALESCE(MAX(id), 0) FROM cluster_rings")
+            row = await cursor.fetchone()
+        return int(row[0]) if row else 0
+
+    async def prune_rings(self, older_than_s: float) -> None:
+        async with self.transaction() as conn:
+            sql: LiteralString = "DELETE FROM cluster_rings WHERE at < now() - make_interval(secs => %s)"
+            await conn.execute(sql, (older_than_s,))
+
+    async def adopt_owed(self) -> tuple[list[OwedMessage], list[ReminderPost]]:
+        """Take over what gone replicas still owe Slack (posts, final edits, reminder posts); each row is
+        adopted by one replica only (the UPDATE locks it), which then delivers it."""
+        async with self.transaction() as conn:
+            db = PgDb(conn)
+            posts = await db.fetch(_ADOPT_POSTS, self.replica)
+            reminders = await db.fetch(_ADOPT_REMINDER_POSTS, self.replica)
+        return [owed_message(row) for row in posts], [reminder_post(row) for row in reminders]
+
+    async def orphan_dead_calls(self) -> list[ToolCall]:
+        """Open calls of replicas declared dead become `orphaned`; returns them, oldest first."""
+        async with self.transaction() as conn:
+            rows = await PgDb(conn).fetch(_ORPHAN_DEAD, ts(utcnow()), ORPHANED_ERROR)
+        return sorted((call_from_row(row) for row in rows), key=lambda call: call.created_at)
+
+    async def prune_replicas(self, older_than_s: float) -> None:
+        """Forget gone replicas that owe nothing any more (every start makes a new one)."""
+        async with self.transaction() as conn:
+            await PgDb(conn).execute(_PRUNE_REPLICAS, (older_than_s,))
+
+    async def unattended_sessions(self, older_than_s: float) -> list[str]:
+        """Sessions owed input or a result for over `older_than_s` with no job of their thread to take it up."""
+        before = ts(utcnow() - timedelta(seconds=older_than_s))
+        async with self.transaction() as conn:
+            cursor = await conn.execute(_UNATTENDED, (before, before))
+            return [str(row[0]) for row in await cursor.fetchall()]

@@ -1,0 +1,86 @@
+"""The SQLite store: one database file in WAL mode, the default back end.
+
+The file is reached through ONE aiosqlite connection. aiosqlite runs every statement
+on a single worker thread, and an `asyncio.Lock` around each method keeps one method's
+statements (and its transaction) from interleaving with another's, so hundreds of
+concurrent sessions can write without losing rows. The connection is in autocommit
+mode; every write method opens its own `BEGIN IMMEDIATE … COMMIT`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from pathlib import Path
+
+import aiosqlite
+
+from bot.errors import StoreError
+from bot.store.db import Db, SqliteDb
+from bot.store.schema import migrate
+from bot.store.store import Store
+
+BUSY_TIMEOUT_MS = 5_000
+
+
+class SqliteStore(Store):
+    """The store on one SQLite file: one writer at a time, so it has no replica and needs no fencing."""
+
+    def __init__(self, db: aiosqlite.Connection, path: Path) -> None:
+        self._conn = db
+        self._db = SqliteDb(db)
+        self._lock = asyncio.Lock()
+        self.path = path
+
+    @classmethod
+    async def open(cls, path: Path) -> SqliteStore:
+        """Open (creating if needed) and migrate the database; StoreError if that cannot be done."""
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            db = await aiosqlite.connect(path, isolation_level=None)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot open database at {path}: {exc}") from exc
+        try:
+            db.row_factory = sqlite3.Row
+            await db.execute("PRAGMA journal_mode=WAL")
+            await db.execute("PRAGMA synchronous=NORMAL")
+            await db.execute("PRAGMA foreign_keys=ON")
+            await db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            await migrate(db)
+        except BaseException as exc:
+            await db.close()
+            if isinstance(exc, sqlite3.Error | StoreError):
+                raise StoreError(f"cannot open database at {path}: {exc}") from exc
+            raise
+        return cls(db, path)
+
+    async def close(self) -> None:
+        async with self._lock:
+            await self._conn.close()
+
+    @asynccontextmanager
+    async def _read(self) -> AsyncIterator[Db]:
+        """Reads take the lock too, so they never see another method's uncommitted rows."""
+        async with self._lock:
+            yield self._db
+
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[Db]:
+        """Statements queued on the single worker run in order.
+
+        A caller cancelled mid-write gets CancelledError and the write is rolled back, unless
+        the COMMIT was already on its way, in which case it stands; it is never half-applied.
+        """
+        async with self._lock:
+            try:
+                # Inside the try: a cancelled await still runs its statement on the worker,
+                # so even a BEGIN we stopped waiting for must be rolled back before the lock goes.
+                await self._conn.execute("BEGIN IMMEDIATE")
+                yield self._db
+                await self._conn.execute("COMMIT")
+            except BaseException:
+                with suppress(sqlite3.Error):
+                    await self._conn.execute("ROLLBACK")
+                raise

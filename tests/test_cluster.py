@@ -1,0 +1,279 @@
+"""Cluster mode end to end: `threadbot run` replicas on one PostgreSQL, the fake Slack and the fake model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster_rig import Cluster, cluster
+from fakes.anthropic_api import Reply, tool_use, user_texts
+from test_e2e_slack import WAIT_S, mention, reply, wait_status, wait_text
+
+pytestmark = [pytest.mark.timeout(180), pytest.mark.cluster]
+
+
+@pytest.fixture
+async def rig(pg_dsn: str, tmp_path: Path) -> AsyncIterator[Cluster]:
+    async with cluster(pg_dsn, tmp_path) as made:
+        yield made
+
+
+async def test_one_replica_answers_and_takes_an_injection(rig: Cluster) -> None:
+    await rig.start(1)
+    rig.script.add(
+        "count down", Reply.tools(tool_use("sleep_for", {"seconds": 30})), Reply.text_only("Heard you, done.")
+    )
+    event = await mention(rig.slack, "C1", "count down")
+    await wait_status(rig.slack, "C1", event["ts"])
+    await reply(rig.slack, "C1", event["ts"], "hurry up")
+    await wait_text(rig.slack, "C1", event["ts"], "Heard you, done.")
+    second = [r for r in rig.model.requests if "count down" in user_texts(r)[0]][1]
+    assert "[mid-turn user note] hurry up" in user_texts(second)
+    await reply(rig.slack, "C1", event["ts"], "stop")
+
+
+def echo(request: dict[str, Any]) -> Reply:
+    """Every answer names the message it answers, so a lost or doubled one shows."""
+    return Reply.text_only(f"re: {user_texts(request)[-1]}")
+
+
+async def test_messages_across_replicas_are_stored_once_answered_once_and_turns_never_overlap(rig: Cluster) -> None:
+    rig.slack.routing = "random"
+    rig.slack.redeliver_fraction = 0.2
+    rig.model.default = echo
+    await rig.start(3)
+
+    roots: dict[int, str] = {}
+
+    async def thread(n: int) -> None:
+        root = await mention(rig.slack, f"C{n % 5}", f"topic {n} q0")
+        roots[n] = root["ts"]
+        await wait_text(rig.slack, f"C{n % 5}", root["ts"], f"re: topic {n} q0")
+        for k in range(1, 4):
+            await reply(rig.slack, f"C{n % 5}", root["ts"], f"topic {n} q{k}")
+            await wait_text(rig.slack, f"C{n % 5}", root["ts"], f"re: topic {n} q{k}")
+
+    await asyncio.gather(*(thread(n) for n in range(50)))
+    for n in range(50):
+        posts = [m.text for m in rig.slack.posts_in_thread(f"C{n % 5}", roots[n])]
+        assert sorted(posts) == sorted(f"re: topic {n} q{k}" for k in range(4)), posts
+    stored = await rig.query("SELECT body FROM messages WHERE role = 'user'")
+    blocks = [block for (body,) in stored for block in json.loads(body)["content"]]
+    texts = [block["text"] for block in blocks if block.get("type") == "text"]
+    asked = [f"topic {n} q{k}" for n in range(50) for k in range(4)]
+    assert sorted(t for t in texts if t.startswith("topic ")) == sorted(asked)
+    assert len(rig.slack.redeliveries) > 20  # the duplicates alone are about 20% of 400 envelopes
+    assert len(set(rig.slack.deliveries_per_connection())) == 3
+    assert len(rig.model.requests) == 200
+    assert overlapping_turns(rig) == []
+
+
+def conversation(request: dict[str, Any]) -> list[tuple[str, str]]:
+    """A model request's history as (role, text) pairs, text blocks only."""
+    return [
+        (message["role"], block["text"])
+        for message in request["messages"]
+        for block in message["content"]
+        if block.get("type") == "text"
+    ]
+
+
+def overlapping_turns(rig: Cluster) -> list[str]:
+    """Requests whose history misses an earlier exchange of their thread.
+
+    Each message is sent only once the answer to the one before it is posted, so a turn that starts only
+    after the thread's previous turn ended (the job's lock) sees every earlier question and answer; a turn
+    that overlapped the previous one would load a history without the answer that turn was still saving.
+    """
+    wrong = []
+    for request in rig.model.requests:
+        *earlier, (_, last) = conversation(request)
+        topic, asked = last.rsplit(" q", 1)
+        expected = [
+            (role, text)
+            for k in range(int(asked))
+            for role, text in (("user", f"{topic} q{k}"), ("assistant", f"re: {topic} q{k}"))
+        ]
+        if earlier != expected:
+            wrong.append(last)
+    return wrong
+
+
+async def test_killing_the_replica_that_runs_20_threads_orphans_their_calls_and_resumes_them_elsewhere(
+    rig: Cluster,
+) -> None:
+    [owner] = await rig.start(1)  # alone at first, so every thread's turn runs on it
+    for n in range(20):
+        sleep = tool_use("sleep_for", {"seconds": 120})
+        rig.script.add(f"long job {n:02d}.", Reply.tools(sleep), Reply.text_only(f"ok {n:02d}"))
+    # A channel each: Slack takes about one post a second per channel, and the daemon paces itself to it.
+    roots = [await mention(rig.slack, f"C{n:02d}", f"long job {n:02d}.") for n in range(20)]
+    statuses = [await wait_status(rig.slack, root["channel"], root["ts"]) for root in roots]
+    for status in statuses:  # the first progress edit comes after the post's place is stored
+        await rig.slack.wait_for(lambda status=status: status.edits, WAIT_S, "the call running")
+    await rig.start(2)
+    await rig.kill(owner)
+    killed_at = time.monotonic()
+    for n, root in enumerate(roots):
+        await wait_text(rig.slack, root["channel"], root["ts"], f"ok {n:02d}")
+    took = time.monotonic() - killed_at
+    assert took < 15, f"every thread resumed elsewhere only after {took:.1f}s"
+    calls = await rig.query("SELECT status, count(*) FROM tool_calls GROUP BY status")
+    assert calls == [("orphaned", 20)]
+    # The repaints are edits, and the workspace's edit budget (about 50 a minute, split across the live
+    # replicas) is what paces them: 20 of them need most of a minute.
+    for status in statuses:
+        await rig.slack.wait_for(lambda status=status: "👻" in status.text, 60, "the call repainted as orphaned")
+    for n in range(20):
+        requests = [r for r in rig.model.requests if f"long job {n:02d}." in user_texts(r)[0]]
+        assert len(requests) == 2 and "orphaned" in json.dumps(requests[1]["messages"][-1])
+
+
+async def test_rolling_sigterm_of_every_replica_under_load_loses_no_acked_message(rig: Cluster) -> None:
+    rig.slack.routing = "random"
+    rig.model.default = echo
+    await rig.start(3)
+    sent: list[tuple[str, str, str]] = []
+
+    async def load(stop: asyncio.Event) -> None:
+        n = 0
+        while not stop.is_set():
+            event = rig.slack.mention(f"R{n % 20}", f"rolling {n}")
+            await rig.slack.send_event(event)
+            await rig.slack.send_event({**event, "type": "message", "channel_type": "channel"})
+            sent.append((event["channel"], event["ts"], f"rolling {n}"))
+            n += 1
+            await asyncio.sleep(0.05)
+
+    stop = asyncio.Event()
+    loader = asyncio.create_task(load(stop))
+    for old in list(rig.replicas):
+        enough = len(sent) + 10
+        await rig.slack.wait_for(lambda enough=enough: len(sent) >= enough, WAIT_S, "more load")
+        await rig.start(1)  # the replacement first, as a rolling deploy does
+        assert await old.stop() == 0
+    stop.set()
+    await loader
+    # Every event was acked by some replica (Slack retries what a stopping one left unacked) ...
+    events = {e.event_id for e in rig.slack.envelopes if e.event_id}
+    await rig.slack.wait_for(lambda: all(rig.slack.event_acked(e) for e in events), WAIT_S, "every event acked")
+    assert rig.slack.abandoned == []
+    # ... and every acked message was answered once.
+    for channel, ts, words in sent:
+        await wait_text(rig.slack, channel, ts, f"re: {words}")
+        assert len([m for m in rig.slack.posts_in_thread(channel, ts) if m.text == f"re: {words}"]) == 1
+
+
+async def call_status(rig: Cluster, call_id: str) -> str:
+    [(status,)] = await rig.query("SELECT status FROM tool_calls WHERE id = %s", call_id)
+    return str(status)
+
+
+async def test_a_reply_a_reaction_and_a_button_reach_the_turn_through_a_replica_that_does_not_run_it(
+    rig: Cluster,
+) -> None:
+    [owner] = await rig.start(1)  # alone: it runs both threads' turns
+    first, second = tool_use("sleep_for", {"seconds": 120}), tool_use("sleep_for", {"seconds": 120})
+    rig.script.add("watch one", Reply.tools(first), Reply.text_only("Noted the extra."))
+    rig.script.add("watch two", Reply.tools(second), Reply.text_only("Stopped."))
+    one, two = await mention(rig.slack, "C1", "watch one"), await mention(rig.slack, "C2", "watch two")
+    status_one = await wait_status(rig.slack, "C1", one["ts"])
+    status_two = await wait_status(rig.slack, "C2", two["ts"])
+    await rig.start(2)  # the fake routes to the newest connection: from now on, never the owner's
+
+    note = await reply(rig.slack, "C1", one["ts"], "also check the logs")
+    await wait_text(rig.slack, "C1", one["ts"], "Noted the extra.")
+    [_, noted] = [r for r in rig.model.requests if "watch one" in user_texts(r)[0]]
+    assert user_texts(noted)[-1] == "[mid-turn user note] also check the logs"
+    seen = await rig.slack.wait_for(lambda: rig.slack.reactions_on("C1", note["ts"]), WAIT_S, "the 👀 on the note")
+    assert list(seen) == ["eyes"]
+
+    await rig.slack.send_event(rig.slack.reaction_added("U2", "x", "C1", status_one.ts))  # not theirs to cancel
+    await rig.slack.send_event(rig.slack.reaction_added("U1", "x", "C1", status_one.ts))
+    await rig.wait_db(lambda: _is(rig, first["id"], "cancelled"), "the reaction's cancel")
+    assert await rig.query("SELECT cancelled_by FROM tool_calls WHERE id = %s", first["id"]) == [("U1",)]
+    click = rig.slack.block_action("C2", status_two.ts, "cancel_call", second["id"])
+    await rig.slack.wait_ack(await rig.slack.send_interactive(click))
+    await rig.wait_db(lambda: _is(rig, second["id"], "cancelled"), "the button's cancel")
+    await wait_text(rig.slack, "C2", two["ts"], "Stopped.")
+    assert owner.process is not None and owner.process.returncode is None  # the owner cancelled them, still up
+
+
+async def _is(rig: Cluster, call_id: str, status: str) -> bool:
+    return await call_status(rig, call_id) == status
+
+
+def reminder_texts(rig: Cluster, channel: str, thread_ts: str) -> list[str]:
+    return [m.text for m in rig.slack.posts_in_thread(channel, thread_ts) if "⏰" in m.text]
+
+
+async def test_reminders_fire_once_through_a_kill_and_a_full_stop(rig: Cluster) -> None:
+    await rig.start(3)
+    roots = []
+    for n in range(20):  # 100 reminders due 10-30 s from now, five per thread (Slack paces posts per channel)
+        due = [10 + (n * 5 + k) * 0.2 for k in range(5)]
+        tools = [tool_use("schedule_reminder", {"text": f"r{n:02d}-{k}", "in_seconds": s}) for k, s in enumerate(due)]
+        if n == 0:
+            tools.append(tool_use("schedule_reminder", {"text": "every minute", "cron": "* * * * *"}))
+        rig.script.add(f"plan {n:02d}.", Reply.tools(*tools), Reply.text_only("Set."))
+        roots.append(await mention(rig.slack, f"R{n:02d}", f"plan {n:02d}."))
+    started = time.time()
+    for root in roots:
+        await wait_text(rig.slack, root["channel"], root["ts"], "Set.")
+
+    def fired() -> int:
+        return sum(len(reminder_texts(rig, root["channel"], root["ts"])) for root in roots)
+
+    await rig.slack.wait_for(lambda: fired() >= 10, 40, "the first reminders")
+    await rig.kill(rig.replicas[0])
+    await rig.slack.wait_for(lambda: fired() >= 40, 40, "more reminders, from the two left")
+    for daemon in rig.replicas[1:]:
+        assert await daemon.stop() == 0
+    await asyncio.sleep(20)  # the scenario itself: every replica down while reminders come due
+    await rig.start(3)
+    for n, root in enumerate(roots):
+        wanted = {f"r{n:02d}-{k}" for k in range(5)}
+        await rig.slack.wait_for(
+            lambda root=root, wanted=wanted: wanted <= _fired_texts(rig, root), 40, f"every reminder of thread {n}"
+        )
+    for n, root in enumerate(roots):
+        posted = [t for t in _fired_texts_list(rig, root) if t.startswith("r")]
+        assert sorted(posted) == sorted(f"r{n:02d}-{k}" for k in range(5)), posted
+    minutes = int(time.time() // 60) - int(started // 60)
+    ticks = [t for t in _fired_texts_list(rig, roots[0]) if t == "every minute"]
+    assert len(ticks) <= minutes  # never two posts for one run
+    states = await rig.query("SELECT status, count(*) FROM reminders WHERE cron IS NULL GROUP BY status")
+    assert states == [("fired", 100)]
+
+
+def _fired_texts_list(rig: Cluster, root: dict[str, Any]) -> list[str]:
+    """The reminder texts posted in a thread, without the mention and the lateness note."""
+    return [t.split("⏰ ", 1)[1].split(" (", 1)[0] for t in reminder_texts(rig, root["channel"], root["ts"])]
+
+
+def _fired_texts(rig: Cluster, root: dict[str, Any]) -> set[str]:
+    return set(_fired_texts_list(rig, root))
+
+
+async def test_a_replica_declared_dead_stops_at_once_and_its_thread_goes_on_elsewhere(rig: Cluster) -> None:
+    [fenced] = await rig.start(1)
+    rig.script.add("fenced job.", Reply.tools(tool_use("sleep_for", {"seconds": 120})), Reply.text_only("Resumed."))
+    root = await mention(rig.slack, "C1", "fenced job.")
+    status = await wait_status(rig.slack, "C1", root["ts"])
+    await rig.slack.wait_for(lambda: status.edits, WAIT_S, "the call running")
+    await rig.start(1)
+    assert fenced.process is not None
+    # What a reaper does to a replica that stopped heartbeating (a frozen VM, a long pause) and then woke up.
+    await rig.query("UPDATE replicas SET state = 'dead' WHERE pid = %s", fenced.process.pid)
+    async with asyncio.timeout(WAIT_S):
+        assert await fenced.process.wait() == 1
+    assert "lost its lease" in fenced.log()
+    await wait_text(rig.slack, "C1", root["ts"], "Resumed.")
+    await rig.slack.wait_for(lambda: "👻" in status.text, WAIT_S, "the call repainted as orphaned")
+    [(state,)] = await rig.query("SELECT status FROM tool_calls")
+    assert state == "orphaned"
