@@ -67,7 +67,7 @@ class ClusterSettings:
 
 class ClusterNode:
     """A replica: `open` before the store writes anything (the fence checks its lease), `attach` the
-    engine, `start`, and `close` at the end; `stop_jobs` hands running threads on at shutdown."""
+    engine, `start`, `stop_jobs` while the engine shuts down, and `close` at the end."""
 
     def __init__(self, *, dsn: str, settings: ClusterSettings = ClusterSettings()) -> None:
         self.settings = settings
