@@ -185,13 +185,10 @@ class Outbox:
         if message.thread_ts is None:
             return False  # a top-level post cannot be searched for cheaply; it is posted again
         wanted = message.metadata or marker(message.id)
-        cursor: str | None = None
-        while True:
-            response = await self._client.conversations_replies(
-                channel=message.channel, ts=message.thread_ts, include_all_metadata=True, cursor=cursor, limit=200
-            )
-            if any(found.get("metadata") == wanted for found in response.get("messages") or []):
+        first = await self._client.conversations_replies(
+            channel=message.channel, ts=message.thread_ts, include_all_metadata=True, limit=200
+        )
+        async for page in first:  # slack_sdk follows `next_cursor` itself
+            if any(found.get("metadata") == wanted for found in page.get("messages") or []):
                 return True
-            cursor = (response.get("response_metadata") or {}).get("next_cursor") or None
-            if not cursor:
-                return False
+        return False
