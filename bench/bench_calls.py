@@ -41,7 +41,7 @@ from bot.calls.models import CallStatus, ToolCall  # noqa: E402
 from bot.calls.registry import CallRegistry  # noqa: E402
 from bot.config import load_settings  # noqa: E402
 from bot.model.anthropic import AnthropicProvider  # noqa: E402
-from bot.store import Store  # noqa: E402
+from bot.store import SqliteStore  # noqa: E402
 from bot.types import ModelReply, ModelRequest, TextSink  # noqa: E402
 from tools.base import Tool, ToolContext, ToolKind, tool  # noqa: E402
 from tools.run_command import run_command  # noqa: E402
@@ -132,7 +132,7 @@ async def cancel_latencies(core: Core, edge: Edge) -> dict[str, list[float]]:
 # --- (2) 1,000 concurrent calls -------------------------------------------------------------------------
 
 
-class NoWriteStore(Store):
+class NoWriteStore(SqliteStore):
     """Diagnostic: a store whose call writes return at once, to show what the write-through costs."""
 
     async def save_calls(self, calls: Sequence[ToolCall]) -> None:
@@ -141,7 +141,7 @@ class NoWriteStore(Store):
 
 async def thousand_sleeps_registry(data_dir: Path, *, writes: bool = True) -> float:
     """The registry alone (no turns around the calls): submit 1,000 calls, wait until every one is final."""
-    store = await (Store if writes else NoWriteStore).open(data_dir / "bot.db")
+    store = await (SqliteStore if writes else NoWriteStore).open(data_dir / "bot.db")
     registry = CallRegistry(
         store=store,
         work_dir=data_dir / "work",

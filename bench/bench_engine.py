@@ -162,9 +162,9 @@ async def run_turns(core: Core, count: int, prefix: str) -> None:
 
 async def cpu_store_floor(data_dir: Path) -> float:
     """What one simple turn must persist, done directly on the store: the floor under any persistent loop."""
-    from bot.store import Store
+    from bot.store import SqliteStore
 
-    store = await Store.open(data_dir / "floor" / "bot.db")
+    store = await SqliteStore.open(data_dir / "floor" / "bot.db")
     pair = [
         {"role": "user", "content": [{"type": "text", "text": "hello"}]},
         {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},

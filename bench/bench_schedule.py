@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bot.agent.engine import Delivery
 from bot.calls.models import utcnow
 from bot.schedule import FireReport, Scheduler
-from bot.store import NewReminder, ReminderKind, Store
+from bot.store import NewReminder, ReminderKind, SqliteStore, Store
 from bot.types import ReminderOutcome, ReminderPost
 
 STARTUP_ROWS = 10_000
@@ -62,7 +62,7 @@ def scheduler_on(store: Store, edge: NullEdge) -> Scheduler:
 
 
 async def seeded_store(path: Path, dues: list[datetime]) -> Store:
-    store = await Store.open(path)
+    store = await SqliteStore.open(path)
     keys = [f"bench:{n}" for n in range(SESSIONS)]
     for key in keys:
         await store.ensure_session(key, {"requester": "UBENCH"})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -21,7 +22,7 @@ TASKS = "# Heartbeat\n\n- Every morning: check that CI on main is green.\n"
 MORNING = datetime(2026, 5, 1, 8, 30, tzinfo=UTC)  # 10:30 in Paris
 
 
-def heartbeat_for(core: Core, clock: FakeClock, *, active_hours: str | None = None) -> Heartbeat:
+def heartbeat_for(core: Core, clock: FakeClock, *, active_hours: str | None = None, owed: bool = False) -> Heartbeat:
     return Heartbeat(
         path=core.settings.bot_data_dir / "HEARTBEAT.md",
         channel="C0HEART",
@@ -31,6 +32,7 @@ def heartbeat_for(core: Core, clock: FakeClock, *, active_hours: str | None = No
         store=core.store,
         engine=core.engine,
         clock=clock,
+        owed=owed,
     )
 
 
@@ -119,6 +121,24 @@ async def test_run_decision_starts_a_turn_in_a_heartbeat_session(
     (prompt,) = user_texts(turn_request)
     assert prompt.startswith("[heartbeat] It is Fri 2026-05-01 08:30 UTC.")
     assert "- check that CI on main is green" in prompt and f"answer exactly {HEARTBEAT_OK}" in prompt
+
+
+@pytest.mark.parametrize("owed", [False, True])
+async def test_a_clusters_heartbeat_prompt_is_owed_input_and_one_process_keeps_none(
+    fake: FakeAnthropic, settings: Settings, output: RecordingOutput, owed: bool
+) -> None:
+    """One process never resumes a heartbeat (an old prompt, a restart notice in the channel); a cluster stores
+    the prompt as owed input, so that the job of its thread takes it up on whichever replica."""
+    (settings.bot_data_dir / "HEARTBEAT.md").write_text(TASKS)
+    fake.script(decide("run", "check the queue"), Reply.text_only(HEARTBEAT_OK))
+    async with schedule_core(fake, settings, output) as core:
+        result = await heartbeat_for(core, FakeClock(MORNING), owed=owed).tick()
+        assert result.session_key is not None
+        await output.wait_turns(result.session_key, 1)
+        assert await core.store.session_inbox(result.session_key) == []  # answered, or never owed
+    with sqlite3.connect(settings.db_path) as db:
+        [(rows,)] = db.execute("SELECT count(*) FROM inbox WHERE session_key = ?", (result.session_key,))
+    assert rows == (1 if owed else 0)
 
 
 async def test_nothing_to_report_answers_heartbeat_ok(

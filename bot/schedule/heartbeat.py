@@ -126,7 +126,11 @@ class Heartbeat:
         store: Store,
         engine: Waker,
         clock: Clock,
+        owed: bool = False,
     ) -> None:
+        """With `owed` (a cluster) each run's prompt is stored as owed input, so the job of its thread takes
+        it up on whichever replica; one process starts the turn itself and never resumes a heartbeat."""
+        self._owed = owed
         self._path = path
         self._channel = channel
         self._zone = zone
@@ -156,10 +160,13 @@ class Heartbeat:
         key = f"{HEARTBEAT_SESSION_PREFIX}{iso_utc(now)}"
         address = {"edge": "slack", "channel": self._channel, "thread_ts": None, "quiet_reply": HEARTBEAT_OK}
         prompt = run_prompt(decision.tasks, local_text(now, self._zone))
-        # Owed like any message: a restart resumes it, and in a cluster the session's job takes it up.
-        item = await self._store.claim_message([], key, prompt, address=address)
-        assert item is not None  # no keys to have been seen
-        self._engine.submit(key, prompt, inbox_id=item.id)
+        if self._owed:
+            item = await self._store.claim_message([], key, prompt, address=address)
+            assert item is not None  # no keys to have been seen
+            self._engine.submit(key, prompt, inbox_id=item.id)
+        else:
+            await self._store.ensure_session(key, address)
+            self._engine.submit(key, prompt)
         self.last_run_at = now
         log.info("heartbeat started %s with %d task(s)", key, len(decision.tasks))
         return TickResult(Outcome.RAN, key)

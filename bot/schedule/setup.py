@@ -77,6 +77,7 @@ def build_scheduler(
             store=store,
             engine=engine,
             clock=clock or utcnow,
+            owed=periodic is not None,  # a cluster: the thread's job, wherever it runs, takes the prompt up
         )
         scheduler.every(HEARTBEAT_JOB_ID, settings.bot_heartbeat_interval_s, heartbeat.tick)
     return scheduler
