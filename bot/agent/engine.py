@@ -24,7 +24,7 @@ from bot.agent.toolbox import Toolbox
 from bot.agent.turn import SHUTDOWN, TurnRequest, TurnRunner
 from bot.calls.models import JSON, ToolCall
 from bot.calls.registry import CallRegistry, CancelResult
-from bot.store import Store
+from bot.store import InboxItem, Store
 from bot.types import EngineOutput, SessionFilter, TurnOutcome
 
 log = logging.getLogger(__name__)
@@ -161,10 +161,10 @@ class Engine:
         """At start: every session a stopped process left owing an answer gets its turn again (see
         `_start_owed`); their keys. `owns` keeps an edge to its own sessions."""
         resumed: list[str] = []
-        for key in await self._store.open_inbox():
+        for key, items in (await self._store.open_inbox()).items():
             if (owns is not None and not owns(key)) or self.is_busy(key):
                 continue
-            if await self._start_owed(key, restarted=True):
+            if await self._start_owed(key, items, restarted=True):
                 resumed.append(key)
         if resumed:
             log.info("resumed %d sessions a previous process left unanswered", len(resumed))
@@ -247,8 +247,9 @@ class Engine:
 
     # -- internals ------------------------------------------------------------------------
 
-    async def _start_owed(self, key: str, *, restarted: bool = False) -> bool:
-        """Start a turn from what the store owes the session; False when it owes nothing.
+    async def _start_owed(self, key: str, items: list[InboxItem] | None = None, *, restarted: bool = False) -> bool:
+        """Start a turn from what the store owes the session (`items`: its open inbox rows, when the caller
+        read them already); False when it owes nothing.
 
         Rows an earlier turn stored but never answered mean that turn died (`restarted`, or in a
         cluster: its replica did, since no other job of the session can be running now). The turn
@@ -257,7 +258,8 @@ class Engine:
         model again. A session whose answer was stored, and only its bookkeeping was cut off, is just
         marked answered.
         """
-        items = await self._store.session_inbox(key)
+        if items is None:
+            items = await self._store.session_inbox(key)
         pending = [item for item in items if item.pending]
         interrupted = len(pending) < len(items) and bool(
             protocol.unanswered_tool_uses(await self._store.load_messages(key))

@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 REPLAY_S = 60.0
 """How far back the backstop looks for rings: well past any reconnect, short enough to stay cheap."""
 KEEP_RINGS_S = 600.0
+PRUNE_S = 60.0
+"""How often one replica prunes the rings and the replicas tables (the reap runs every heartbeat)."""
 KEEP_REPLICAS_S = 7 * 24 * 3600.0
 """Gone replicas that owe nothing are forgotten after a week (their rows name who ran old calls)."""
 REMEMBER_RINGS = 10_000
@@ -135,6 +137,7 @@ class ClusterNode:
         await self.doorbell.start()
         await self.jobs.start(concurrency=self.settings.concurrency)
         self._reaper = asyncio.create_task(self._reap_forever(), name=f"reaper {self.id}")
+        self.ticks.every("cluster-housekeeping", PRUNE_S, self._prune)
 
     async def stop_jobs(self) -> None:
         """Take no new turns, and wait for the running ones (the engine ends them meanwhile)."""
@@ -241,7 +244,7 @@ class ClusterNode:
 
     async def reap(self) -> None:
         """Claim replicas whose lease ran out, orphan their calls, offer their threads elsewhere, and
-        deliver what gone replicas still owed Slack."""
+        deliver what gone replicas still owed Slack (every heartbeat, on every replica)."""
         store = self._require_store()
         dead = await self.replicas.reap(self.settings.lease_s)
         if dead:
@@ -263,6 +266,10 @@ class ClusterNode:
             log.warning("resuming %d threads whose turns stopped with their replica", len(recovered))
         if self._live is not None:
             self._live(await self.replicas.live_count())
+
+    async def _prune(self, _tick: int) -> None:
+        """Housekeeping, once a minute on one replica: old rings, and gone replicas that owe nothing."""
+        store = self._require_store()
         await store.prune_rings(KEEP_RINGS_S)
         await store.prune_replicas(KEEP_REPLICAS_S)
 
