@@ -6,12 +6,14 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cluster_rig import Cluster, cluster
 from fakes.anthropic_api import Reply, tool_use, user_texts
+from fakes.slack_api import StoredMessage
 from test_e2e_slack import WAIT_S, mention, reply, wait_status, wait_text
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.cluster]
@@ -214,6 +216,7 @@ def reminder_texts(rig: Cluster, channel: str, thread_ts: str) -> list[str]:
 
 async def test_reminders_fire_once_through_a_kill_and_a_full_stop(rig: Cluster) -> None:
     await rig.start(3)
+    started = time.time()
     roots = []
     for n in range(20):  # 100 reminders due 10-30 s from now, five per thread (Slack paces posts per channel)
         due = [10 + (n * 5 + k) * 0.2 for k in range(5)]
@@ -222,7 +225,6 @@ async def test_reminders_fire_once_through_a_kill_and_a_full_stop(rig: Cluster) 
             tools.append(tool_use("schedule_reminder", {"text": "every minute", "cron": "* * * * *"}))
         rig.script.add(f"plan {n:02d}.", Reply.tools(*tools), Reply.text_only("Set."))
         roots.append(await mention(rig.slack, f"R{n:02d}", f"plan {n:02d}."))
-    started = time.time()
     for root in roots:
         await wait_text(rig.slack, root["channel"], root["ts"], "Set.")
 
@@ -244,9 +246,13 @@ async def test_reminders_fire_once_through_a_kill_and_a_full_stop(rig: Cluster) 
     for n, root in enumerate(roots):
         posted = [t for t in _fired_texts_list(rig, root) if t.startswith("r")]
         assert sorted(posted) == sorted(f"r{n:02d}-{k}" for k in range(5)), posted
-    minutes = int(time.time() // 60) - int(started // 60)
-    ticks = [t for t in _fired_texts_list(rig, roots[0]) if t == "every minute"]
-    assert len(ticks) <= minutes  # never two posts for one run
+    runs = [
+        _run_of(m)
+        for m in rig.slack.posts_in_thread(roots[0]["channel"], roots[0]["ts"])
+        if "⏰ every minute" in m.text
+    ]
+    assert len(runs) == len(set(runs)), runs  # never two posts for one run of the cron
+    assert all(started < run.timestamp() <= time.time() and run.second == 0 for run in runs), runs
     states = await rig.query("SELECT status, count(*) FROM reminders WHERE cron IS NULL GROUP BY status")
     assert states == [("fired", 100)]
 
@@ -254,6 +260,11 @@ async def test_reminders_fire_once_through_a_kill_and_a_full_stop(rig: Cluster) 
 def _fired_texts_list(rig: Cluster, root: dict[str, Any]) -> list[str]:
     """The reminder texts posted in a thread, without the mention and the lateness note."""
     return [t.split("⏰ ", 1)[1].split(" (", 1)[0] for t in reminder_texts(rig, root["channel"], root["ts"])]
+
+
+def _run_of(post: StoredMessage) -> datetime:
+    """Which run of its reminder a post delivers, from the metadata every reminder post carries."""
+    return datetime.fromisoformat(post.extra["metadata"]["event_payload"]["due_at"])
 
 
 def _fired_texts(rig: Cluster, root: dict[str, Any]) -> set[str]:
