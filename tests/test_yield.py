@@ -58,10 +58,9 @@ async def test_on_any_progress_yields_after_the_first_and_delivers_the_late_resu
     )
     core.engine.submit(KEY, "sleep twice")
     await fake.wait_for_requests(2)
-    assert fake.request_times[1] - fake.request_times[0] < 0.6  # did not wait for the slow one
     results = tool_results(fake.requests[1])
     assert results[quick["id"]] == "slept for 0.1s"
-    placeholder = json.loads(results[slow["id"]])
+    placeholder = json.loads(results[slow["id"]])  # the model was asked again while the slow one ran
     assert placeholder["status"] == "running" and placeholder["tool_call_id"] == slow["id"]
     # the first turn ends; when the slow call finishes, the idle session starts a turn on its own
     outcomes = await output.wait_turns(KEY, 2)
