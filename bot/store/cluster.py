@@ -12,7 +12,7 @@ import json
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, LiteralString
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
@@ -28,10 +28,10 @@ from bot.types import ReminderPost
 # queued or running: nobody will take it up unless offered.
 _UNATTENDED = """
 SELECT owed.session_key FROM (
-    SELECT session_key FROM inbox WHERE answered_at IS NULL AND claimed_at < %s
+    SELECT session_key FROM inbox WHERE answered_at IS NULL AND claimed_at < ?
     UNION
     SELECT session_key FROM tool_calls
-    WHERE delivered = 0 AND status NOT IN ('pending', 'running') AND completed_at < %s
+    WHERE delivered = 0 AND status NOT IN ('pending', 'running') AND completed_at < ?
 ) AS owed
 WHERE NOT EXISTS (
     SELECT 1 FROM procrastinate_jobs AS j
@@ -60,6 +60,12 @@ UPDATE tool_calls SET status = 'orphaned', completed_at = ?, error = ?
 WHERE status IN ('pending', 'running') AND replica IN (SELECT id FROM replicas WHERE state = 'dead')
 RETURNING {", ".join(CALL_COLUMNS)}
 """
+_ADD_RING = "INSERT INTO cluster_rings (kind, key, body) VALUES (?, ?, ?) RETURNING id"
+_RECENT_RINGS = """
+SELECT id, kind, key, body FROM cluster_rings WHERE at > now() - make_interval(secs => ?) AND id > ? ORDER BY id
+"""
+_LAST_RING = "SELECT COALESCE(MAX(id), 0) AS id FROM cluster_rings"
+_PRUNE_RINGS = "DELETE FROM cluster_rings WHERE at < now() - make_interval(secs => ?)"
 _PRUNE_REPLICAS = """
 DELETE FROM replicas WHERE state IN ('dead', 'stopped') AND heartbeat_at < now() - make_interval(secs => ?)
 AND NOT EXISTS (SELECT 1 FROM tool_calls WHERE replica = replicas.id AND status IN ('pending', 'running'))
@@ -87,35 +93,24 @@ class ClusterQueries:
 
     async def add_ring(self, conn: psycopg.AsyncConnection[Any], kind: str, key: str, body: dict[str, Any]) -> int:
         """Log a ring inside the caller's transaction (its NOTIFY goes out in the same commit)."""
-        cursor = await conn.execute(
-            "INSERT INTO cluster_rings (kind, key, body) VALUES (%s, %s, %s) RETURNING id",
-            (kind, key, json.dumps(body)),
-        )
-        row = await cursor.fetchone()
-        assert row is not None
-        return int(row[0])
+        [row] = await PgDb(conn).fetch(_ADD_RING, kind, key, json.dumps(body))
+        return int(row["id"])
 
     async def recent_rings(self, within_s: float, after_id: int) -> list[RingRecord]:
         """Rings of the last `within_s` seconds with ids above `after_id`, oldest first."""
         async with self.transaction() as conn:
-            cursor = await conn.execute(
-                "SELECT id, kind, key, body FROM cluster_rings"
-                " WHERE at > now() - make_interval(secs => %s) AND id > %s ORDER BY id",
-                (within_s, after_id),
-            )
-            return [RingRecord(int(r[0]), str(r[1]), str(r[2]), dict(r[3])) for r in await cursor.fetchall()]
+            rows = await PgDb(conn).fetch(_RECENT_RINGS, within_s, after_id)
+        return [RingRecord(int(r["id"]), str(r["kind"]), str(r["key"]), dict(r["body"])) for r in rows]
 
     async def last_ring_id(self) -> int:
         """The newest ring's id (0 when there is none): where a replica that starts begins to listen."""
         async with self.transaction() as conn:
-            cursor = await conn.execute("SELECT COALESCE(MAX(id), 0) FROM cluster_rings")
-            row = await cursor.fetchone()
-        return int(row[0]) if row else 0
+            [row] = await PgDb(conn).fetch(_LAST_RING)
+        return int(row["id"])
 
     async def prune_rings(self, older_than_s: float) -> None:
         async with self.transaction() as conn:
-            sql: LiteralString = "DELETE FROM cluster_rings WHERE at < now() - make_interval(secs => %s)"
-            await conn.execute(sql, (older_than_s,))
+            await PgDb(conn).execute(_PRUNE_RINGS, (older_than_s,))
 
     async def adopt_owed(self) -> tuple[list[OwedMessage], list[ReminderPost]]:
         """Take over what gone replicas still owe Slack (posts, final edits, reminder posts); each row is
@@ -141,5 +136,5 @@ class ClusterQueries:
         """Sessions owed input or a result for over `older_than_s` with no job of their thread to take it up."""
         before = ts(utcnow() - timedelta(seconds=older_than_s))
         async with self.transaction() as conn:
-            cursor = await conn.execute(_UNATTENDED, (before, before))
-            return [str(row[0]) for row in await cursor.fetchall()]
+            rows = await PgDb(conn).fetch(_UNATTENDED, before, before)
+        return [str(row["session_key"]) for row in rows]
