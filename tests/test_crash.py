@@ -21,6 +21,7 @@ from fakes.slack_api import ApiCall, FakeSlack, StoredMessage
 from test_e2e_slack import WAIT_S, Daemon, World, bot_posts, mention, own, reply, wait_status, wait_text
 
 from bot.agent.engine import RESTART_NOTICE
+from bot.slack.files import RESTARTED_WHILE_READING
 
 __all__ = ["own"]  # the fixture, shared with the e2e module
 
@@ -150,6 +151,30 @@ async def test_kill_with_an_injection_acked_but_not_yet_seen_by_the_model(own: W
     assert "answer in French please" in user_texts(model.requests[1])
     await finish(own)
     assert len(texts_with(slack, "C1", event["ts"], "Reporting, in French.")) == 1
+
+
+async def test_kill_while_a_shared_file_downloads_then_the_message_is_answered(own: World) -> None:
+    slack, model, daemon = own.slack, own.model, own.daemon
+    await daemon.start()
+    await daemon.connected()
+    own.script.add("what is in this file", Reply.text_only("It did not reach me; please share it again."))
+    held = slack.files.hold_downloads()
+    report = slack.files.share("report.md", "# Q3\n", "text/markdown", "markdown")
+    event = slack.files.attach(slack.mention("C1", "what is in this file"), report)
+    await slack.wait_ack(await slack.send_event(event))
+    await slack.wait_for(lambda: slack.files.downloads, WAIT_S, "the download under way")
+    await kill(daemon)
+    held.set()
+
+    await restart(daemon)
+    await wait_text(slack, "C1", event["ts"], "It did not reach me")
+    assert user_texts(model.requests[0]) == [
+        "what is in this file",
+        f"[file report.md skipped: {RESTARTED_WHILE_READING}]",
+    ]
+    await finish(own)
+    assert len(texts_with(slack, "C1", event["ts"], RESTART_NOTICE)) == 1
+    assert len(model.requests) == 1 and not model.rejections
 
 
 async def schedule_a_reminder(own: World, words: str, *texts: str) -> dict[str, str]:

@@ -89,8 +89,14 @@ async def test_the_inbox_from_claim_to_answer(any_store: Store) -> None:
     opened = (await store.open_inbox())[KEY]
     assert [(i.text, i.resumes, i.blocks) for i in opened] == [("hi", 1, None), ("more", 1, [{"type": "text"}])]
 
+    read = [{"type": "text", "text": "more"}, {"type": "text", "text": "[file a.md]\n# A"}]
+    assert await store.revise_message(second.id, "more", read)  # its files, read after the claim
     await store.append_messages(KEY, [{"role": "user", "content": "hi"}], inbox_ids=[first.id], turn_id="t1")
-    assert [i.turn_id for i in (await store.open_inbox())[KEY]] == ["t1", None]
+    assert not await store.revise_message(first.id, "changed", None)  # stored: the history holds its text
+    assert [(i.turn_id, i.text, i.blocks) for i in (await store.open_inbox())[KEY]] == [
+        ("t1", "hi", None),
+        (None, "more", read),
+    ]
     await store.append_messages(KEY, [], answered=True)  # the stored row is answered, the pending one stays owed
     assert [i.id for i in (await store.open_inbox())[KEY]] == [second.id]
     assert await store.answer_inbox(KEY) == 0

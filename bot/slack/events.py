@@ -1,13 +1,16 @@
 """Slack messages → the engine: which thread, which session, start a turn or inject, or stop.
 
-Bolt has acked the event before any of this runs. Messages of one thread are
-handled one after another (a per-thread lock), so two quick replies reach the
-engine in the order they were written. Deduplication is recorded in the store
+One process has acked the event before any of this runs (a cluster acks once
+this has claimed it, see `_claim_whole`). Messages of one thread are handled one
+after another (a per-thread lock), so two quick replies reach the engine in the
+order they were written. Deduplication is recorded in the store
 before anything is dispatched: by `event_id` (Slack's redeliveries) and by
 (channel, ts) (the `message` + `app_mention` twins of one mention), so neither can
 start a second turn, not even across a restart. The claim that records those keys
 also writes the message to the inbox, in the same transaction: from then on it is
-owed an answer, even if the process dies before the model sees it.
+owed an answer, even if the process dies before the model sees it. One process
+claims a message as soon as it arrives and reads the thread and the files after;
+a cluster, whose ack waits for the claim, reads them first.
 
 Every message handed to the engine records its author as the session's `speaker`
 before the engine sees it: in a shared thread the person asking now is not always
@@ -27,7 +30,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.agent.engine import Delivery, Engine
 from bot.agent.protocol import text_block
 from bot.config import Settings
-from bot.slack.files import FileLimits, FileReader
+from bot.slack.files import FileLimits, FileReader, unread
 from bot.slack.filters import Incoming, addressed, allowed, classify, may_cancel
 from bot.slack.history import thread_context, with_context
 from bot.slack.metrics import Metrics
@@ -52,6 +55,7 @@ class ClusterHooks:
 
 
 INJECTION_REACTION = "eyes"
+NOTHING_SAID = "(the user mentioned you without saying anything else)"
 DENIAL = "Sorry, I'm not set up to answer here. Please ask the people who run me for access."
 
 
@@ -112,46 +116,43 @@ class MessageRouter:
                 assert session_key is not None
                 await self._stop(session_key, incoming)
             return
-        text, address = incoming.text, {"speaker": incoming.user}
-        if session_key is None:
-            address = self._new_address(incoming)
-            if incoming.in_thread:
-                context = await thread_context(
-                    self._client,
-                    channel=incoming.channel,
-                    thread_ts=incoming.thread_ts,
-                    before_ts=incoming.ts,
-                    bot_user_id=self._bot_user_id,
-                )
-                text = with_context(context, text)
-        if not text.strip() and not incoming.files:
-            text = "(the user mentioned you without saying anything else)"
+        address = {"speaker": incoming.user} if session_key is not None else self._new_address(incoming)
+        if self._offer_in is not None:
+            await self._claim_whole(incoming, keys, session_key, address)
+            return
+        # One process acked the event already: the claim comes first, so a kill while the thread or the
+        # files are read still leaves the message owed (its files as notes saying why they are missing).
+        text = incoming.text if incoming.text.strip() or incoming.files else NOTHING_SAID
+        blocks = _content(text, unread(incoming.files)) if incoming.files else None
+        item = await self._store.claim_message(
+            keys, session_key or incoming.key, text, address=address, blocks=blocks, requester=incoming.user
+        )
+        if item is None:
+            self._metrics.inc("events_duplicate_total")
+            return
+        self._remember(item.session_key, incoming, address, new=session_key is None)
+        read_text, content = await self._read(incoming, new=session_key is None)
+        if read_text != text or incoming.files:
+            await self._store.revise_message(item.id, read_text, content if isinstance(content, list) else None)
+        await self._deliver(item.session_key, incoming, content, item.id)
+
+    async def _claim_whole(
+        self, incoming: Incoming, keys: list[str], session_key: str | None, address: dict[str, Any]
+    ) -> None:
+        """In a cluster the ack waits for the claim, and the thread's job commits with it, or neither does;
+        its ring then reaches the replica running the thread's turn (this one too), which may take the
+        message up at once. So the row must be whole when it commits: the thread and the files are read
+        first (a redelivery meanwhile is refused by the claim, and downloads nothing once it is claimed)."""
         if incoming.files and await self._store.seen_any(*keys):
             self._metrics.inc("events_duplicate_total")  # a redelivery or a twin: not worth downloading its files
             return
-        content = await self._with_files(text, incoming)
-        await self._claim(incoming, keys, session_key, text, address, content)
-
-    async def _claim(
-        self,
-        incoming: Incoming,
-        keys: list[str],
-        session_key: str | None,
-        text: str,
-        address: dict[str, Any],
-        content: str | list[dict[str, Any]],
-    ) -> None:
-        """The ack is a promise: the message is in the store, owed an answer, before the engine sees it.
-
-        In a cluster the thread's job commits with the claim, or neither does; its ring then reaches the
-        replica running the thread's turn (this one too), which takes the message up."""
+        text, content = await self._read(incoming, new=session_key is None)
         key = session_key or incoming.key
-        then = None
-        if self._offer_in is not None:
-            offer_in, ref = self._offer_in, {"channel": incoming.channel, "ts": incoming.ts}
+        assert self._offer_in is not None
+        offer_in, ref = self._offer_in, {"channel": incoming.channel, "ts": incoming.ts}
 
-            async def then(conn: psycopg.AsyncConnection[Any]) -> None:
-                await offer_in(conn, key, ref)
+        async def then(conn: psycopg.AsyncConnection[Any]) -> None:
+            await offer_in(conn, key, ref)
 
         blocks = content if isinstance(content, list) else None
         item = await self._store.claim_message(
@@ -160,15 +161,34 @@ class MessageRouter:
         if item is None:
             self._metrics.inc("events_duplicate_total")
             return
-        if session_key is None:
-            self._edge.remember_address(item.session_key, address)
+        self._remember(item.session_key, incoming, address, new=session_key is None)
+        self._metrics.inc("turns_queued_total")
+        self._edge.note_request(item.session_key, incoming.channel, incoming.ts, incoming.user)
+
+    async def _read(self, incoming: Incoming, *, new: bool) -> tuple[str, str | list[dict[str, Any]]]:
+        """The message as the model gets it: the text (after the thread's earlier messages, when it opens a
+        session in an existing thread) and its content, with the files shared with it as blocks."""
+        text = incoming.text
+        if new and incoming.in_thread:
+            context = await thread_context(
+                self._client,
+                channel=incoming.channel,
+                thread_ts=incoming.thread_ts,
+                before_ts=incoming.ts,
+                bot_user_id=self._bot_user_id,
+            )
+            text = with_context(context, text)
+        if not text.strip() and not incoming.files:
+            text = NOTHING_SAID
+        if not incoming.files:
+            return text, text
+        return text, _content(text, await self._files.blocks(incoming.files))
+
+    def _remember(self, session_key: str, incoming: Incoming, address: dict[str, Any], *, new: bool) -> None:
+        if new:
+            self._edge.remember_address(session_key, address)
         else:
-            self._edge.remember_speaker(item.session_key, incoming.user)
-        if then is not None:
-            self._metrics.inc("turns_queued_total")
-            self._edge.note_request(item.session_key, incoming.channel, incoming.ts, incoming.user)
-        else:
-            await self._deliver(item.session_key, incoming, content, item.id)
+            self._edge.remember_speaker(session_key, incoming.user)
 
     @staticmethod
     def _new_address(incoming: Incoming) -> dict[str, Any]:
@@ -180,13 +200,6 @@ class MessageRouter:
             "requester": incoming.user,
             "speaker": incoming.user,
         }
-
-    async def _with_files(self, text: str, incoming: Incoming) -> str | list[dict[str, Any]]:
-        """The text, followed by the files shared with it as blocks the model can read (or notes why not)."""
-        if not incoming.files:
-            return text
-        blocks = await self._files.blocks(incoming.files)
-        return [text_block(text), *blocks] if text.strip() else blocks
 
     async def _deliver(
         self, session_key: str, incoming: Incoming, content: str | list[dict[str, Any]], inbox_id: int
@@ -245,3 +258,8 @@ class MessageRouter:
         except SlackApiError as exc:
             if exc.response.get("error") != "already_reacted":
                 log.info("reactions.add %s failed: %s", name, exc.response.get("error"))
+
+
+def _content(text: str, file_blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A message with files as content blocks: its text first, unless it had none (the API refuses an empty one)."""
+    return [text_block(text), *file_blocks] if text.strip() else file_blocks

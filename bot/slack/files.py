@@ -42,6 +42,7 @@ Block = dict[str, Any]
 CHUNK_BYTES = 64 * 1024
 SLACK_HOST_SUFFIXES = (".slack.com", ".slack-gov.com")
 PDF_SIGNATURE = b"%PDF-"
+RESTARTED_WHILE_READING = "the bot restarted while reading it; ask to share it again"
 IMAGE_SIGNATURES = {
     "image/png": (b"\x89PNG\r\n\x1a\n",),
     "image/jpeg": (b"\xff\xd8\xff",),
@@ -231,6 +232,12 @@ def image_type(data: bytes) -> str | None:
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return "image/webp"
     return next((kind for kind, signs in IMAGE_SIGNATURES.items() if data.startswith(signs)), None)
+
+
+def unread(files: Sequence[Any]) -> list[Block]:
+    """What a message holds in place of its files until they are read: if the process dies while reading
+    them, the resumed turn tells the model why they are missing instead of dropping them silently."""
+    return [_note(_name(item if isinstance(item, dict) else {}), RESTARTED_WHILE_READING) for item in files]
 
 
 def _note(name: str, reason: str) -> Block:

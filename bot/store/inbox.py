@@ -155,6 +155,14 @@ class InboxQueries:
         claimed_at = datetime.fromisoformat(now)
         return InboxItem(inbox_id, session_key, text, claimed_at, None, blocks=blocks, requester=requester)
 
+    async def revise_message(self, inbox_id: int, text: str, blocks: list[dict[str, Any]] | None) -> bool:
+        """Replace a pending row's text and blocks with what was read after its claim (the thread's earlier
+        messages, its files); False if a turn has stored it already (then the history holds its text)."""
+        encoded = dumps(blocks) if blocks is not None else None
+        async with self._write() as db:
+            sql = "UPDATE inbox SET text = ?, blocks = ? WHERE id = ? AND turn_id IS NULL"
+            return (await db.execute(sql, (text, encoded, inbox_id))).rowcount == 1
+
     async def open_inbox(self) -> dict[str, list[InboxItem]]:
         """Every row not answered yet, by session, oldest first: what a restart must resume."""
         sql = f"SELECT {_COLUMNS} FROM inbox WHERE answered_at IS NULL ORDER BY id"

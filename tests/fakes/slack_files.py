@@ -15,6 +15,7 @@ one ``FakeFiles`` and lets it add its methods and routes. What it copies from re
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import time
@@ -93,6 +94,7 @@ class FakeFiles:
     downloads: list[Download] = field(default_factory=list)
     _uploads: dict[str, _PendingUpload] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _held: asyncio.Event | None = None
 
     def handlers(self) -> dict[str, Callable[[JsonDict, str | None], JsonDict]]:
         return {
@@ -108,6 +110,11 @@ class FakeFiles:
         app.router.add_get("/login", self._handle_login)
 
     # ---- test-side builders ---------------------------------------------------------------------------------
+
+    def hold_downloads(self) -> asyncio.Event:
+        """Answer no download (each is listed in ``downloads`` when it arrives) until the returned event is set."""
+        self._held = asyncio.Event()
+        return self._held
 
     def share(
         self,
@@ -153,6 +160,8 @@ class FakeFiles:
         authorized = file is not None and file.accessible and self._token_ok(token)
         self.downloads.append(Download(file_id, authorized, time.perf_counter()))
         self.slack._notify()
+        if self._held is not None:
+            await self._held.wait()
         if file is None or not authorized:
             raise web.HTTPFound(f"/login?redir={request.path}")
         return web.Response(body=file.content, content_type=file.mimetype)
