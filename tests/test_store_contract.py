@@ -20,7 +20,7 @@ def call(call_id: str, **fields: object) -> ToolCall:
 
 async def test_owed_posts_and_edits_until_slack_confirms_them(any_store: Store) -> None:
     store = any_store
-    first = await store.owe_post(KEY, "C1", "1.0", "answer", blocks=[{"type": "section"}], metadata={"m": 1})
+    first = await store.owe_post(KEY, "C1", "1.0", "answer", blocks=[{"type": "section"}])
     second = await store.owe_post(KEY, "C1", None, "notice")
     assert second > first > 0
     await store.owe_edits([OwedEdit(KEY, "C1", "2.0", "old", None), OwedEdit(KEY, "C1", "3.0", "x", None)])
@@ -30,7 +30,7 @@ async def test_owed_posts_and_edits_until_slack_confirms_them(any_store: Store) 
         (first, None, "answer", True),
         (second, None, "notice", True),
     ]
-    assert owed[0].blocks == [{"type": "section"}] and owed[0].metadata == {"m": 1} and owed[1].metadata is None
+    assert owed[0].blocks == [{"type": "section"}] and owed[1].blocks is None
     assert {(m.ts, m.text) for m in owed[2:]} == {("2.0", "newest"), ("3.0", "x")}
 
     await store.settle_post(first)

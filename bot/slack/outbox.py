@@ -88,10 +88,9 @@ class Outbox:
         thread_ts: str | None,
         text: str,
         blocks: list[dict[str, Any]] | None,
-        metadata: dict[str, Any] | None,
     ) -> int:
         """Record a post as owed, before trying it; if the caller cannot deliver it, it is `handed_over`."""
-        return await self._store.owe_post(session_key, channel, thread_ts, text, blocks, metadata)
+        return await self._store.owe_post(session_key, channel, thread_ts, text, blocks)
 
     def handed_over(self, session_key: str, post_id: int, *, tried: bool) -> None:
         """An owed post this worker must now deliver (`tried`: it may have landed)."""
@@ -160,7 +159,7 @@ class Outbox:
                         thread_ts=message.thread_ts,
                         text=message.text,
                         blocks=message.blocks,
-                        metadata=message.metadata or marker(message.id),
+                        metadata=marker(message.id),
                     )
                     self.delivered += 1
             except PostRejected as exc:
@@ -181,10 +180,10 @@ class Outbox:
         return True
 
     async def _already_posted(self, message: OwedMessage) -> bool:
-        """Whether the thread already holds this post (its marker, or the reminder metadata it was given)."""
+        """Whether the thread already holds this post (a message with its marker)."""
         if message.thread_ts is None:
             return False  # a top-level post cannot be searched for cheaply; it is posted again
-        wanted = message.metadata or marker(message.id)
+        wanted = marker(message.id)
         first = await self._client.conversations_replies(
             channel=message.channel, ts=message.thread_ts, include_all_metadata=True, limit=200
         )

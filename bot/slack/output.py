@@ -212,16 +212,14 @@ class SlackEdge:
         text: str,
         blocks: list[Block] | None = None,
         *,
-        metadata: dict[str, Any] | None = None,
         owed: bool = False,
     ) -> tuple[str, str] | None:
         """Post in the session's thread, opening it first for a heartbeat session; (channel, ts), or None.
 
         `owed`: the message's last word, kept in the store until Slack has it (None then means the outbox
         delivers it). A message not owed that does not land is left to its caller. While the session has owed
-        posts waiting, later ones wait behind them, so they keep their order. `metadata` goes to Slack as given
-        (a reminder marks its posts with it). Runs inside the session's queue, so a heartbeat thread is opened
-        exactly once.
+        posts waiting, later ones wait behind them, so they keep their order. Runs inside the session's queue,
+        so a heartbeat thread is opened exactly once.
         """
         address = await self._sessions.address(key)
         if address is None:
@@ -235,7 +233,7 @@ class SlackEdge:
         outbox = self._outbox
         post_id: int | None = None
         if owed and outbox is not None:
-            post_id = await outbox.owe(key, address.channel, address.thread_ts, text, blocks, metadata)
+            post_id = await outbox.owe(key, address.channel, address.thread_ts, text, blocks)
         if outbox is not None and outbox.backlogged(key):
             if post_id is not None:
                 outbox.handed_over(key, post_id, tried=False)
@@ -246,7 +244,7 @@ class SlackEdge:
                 thread_ts=address.thread_ts,
                 text=text,
                 blocks=blocks,
-                metadata=metadata or (marker(post_id) if post_id is not None else None),
+                metadata=marker(post_id) if post_id is not None else None,
             )
         except PostRejected as exc:
             self._metrics.inc("slack_errors_total")

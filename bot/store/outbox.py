@@ -41,7 +41,6 @@ class OwedMessage:
     ts: str | None
     text: str
     blocks: list[dict[str, Any]] | None
-    metadata: dict[str, Any] | None
 
     @property
     def is_post(self) -> bool:
@@ -70,7 +69,6 @@ def owed_message(row: Row) -> OwedMessage:
         ts=row["ts"],
         text=row["text"],
         blocks=_loads(row["blocks"]),
-        metadata=_loads(row["metadata"]),
     )
 
 
@@ -92,14 +90,13 @@ class OutboxQueries:
         thread_ts: str | None,
         text: str,
         blocks: list[dict[str, Any]] | None = None,
-        metadata: dict[str, Any] | None = None,
     ) -> int:
         """Record a post before it is tried; returns its id (settle it with `settle_post` once Slack has it)."""
         async with self._write() as db:
             rows = await db.fetch(
-                "INSERT INTO outbox (session_key, channel, thread_ts, text, blocks, metadata, created_at, replica) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
-                *(session_key, channel, thread_ts, text, _dumps(blocks), _dumps(metadata), ts(utcnow()), self.replica),
+                "INSERT INTO outbox (session_key, channel, thread_ts, text, blocks, created_at, replica) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                *(session_key, channel, thread_ts, text, _dumps(blocks), ts(utcnow()), self.replica),
             )
             return int(rows[0][0])
 

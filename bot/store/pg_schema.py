@@ -166,7 +166,6 @@ CREATE TABLE outbox (
     ts           TEXT,
     text         TEXT NOT NULL,
     blocks       TEXT,
-    metadata     TEXT,
     created_at   TEXT NOT NULL,
     replica      TEXT
 );

@@ -191,7 +191,6 @@ CREATE TABLE outbox (
     ts           TEXT,
     text         TEXT NOT NULL,
     blocks       TEXT,
-    metadata     TEXT,
     created_at   TEXT NOT NULL
 );
 CREATE UNIQUE INDEX outbox_edit_per_message ON outbox(channel, ts) WHERE ts IS NOT NULL;
