@@ -39,6 +39,21 @@ async def test_one_replica_answers_and_takes_an_injection(rig: Cluster) -> None:
     await reply(rig.slack, "C1", event["ts"], "stop")
 
 
+async def test_a_message_with_files_is_acked_before_they_are_read_and_answered_with_them(rig: Cluster) -> None:
+    await rig.start(2)
+    rig.script.add("summarise the notes", Reply.text_only("The notes list one point."))
+    held = rig.slack.files.hold_downloads()
+    notes = rig.slack.files.share("notes.md", "# Notes\n- one\n", "text/markdown", "markdown")
+    event = rig.slack.files.attach(rig.slack.mention("C1", "summarise the notes"), notes)
+    await rig.slack.wait_ack(await rig.slack.send_event(event), WAIT_S)  # while its download hangs
+    await rig.slack.wait_for(lambda: rig.slack.files.downloads, WAIT_S, "the download under way")
+    assert rig.model.requests == []  # its turn waits for the files
+    held.set()
+    await wait_text(rig.slack, "C1", event["ts"], "The notes list one point.")
+    [asked] = rig.model.requests
+    assert user_texts(asked) == ["summarise the notes", "[file notes.md]\n# Notes\n- one\n"]
+
+
 def echo(request: dict[str, Any]) -> Reply:
     """Every answer names the message it answers, so a lost or doubled one shows."""
     return Reply.text_only(f"re: {user_texts(request)[-1]}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -109,6 +110,27 @@ async def test_unattended_sessions_are_those_owed_something_with_no_job(
     late.completed_at = datetime.now(UTC) - timedelta(seconds=1)
     await here.save_calls([late])  # a result that outlived its turn, never delivered
     assert await here.unattended_sessions(0) == [KEY]
+
+
+async def test_a_message_whose_files_are_read_is_unattended_only_past_its_deadline(
+    stores: tuple[PostgresStore, PostgresStore], pg_jobs_dsn: str
+) -> None:
+    _, here = stores
+    soon = datetime.now(UTC) + timedelta(minutes=2)
+    item = await here.claim_message(["msg:C1:1.0"], KEY, "see file", address={}, reading_until=soon)
+    assert item is not None
+    assert await here.unattended_sessions(0) == []  # its replica is reading the files: no job yet, on purpose
+    offered = []
+
+    async def then(conn: psycopg.AsyncConnection[Any]) -> None:
+        offered.append(await (await conn.execute("SELECT count(*) FROM inbox WHERE reading_until IS NULL")).fetchone())
+
+    assert await here.revise_message(item.id, "see file", [{"type": "text", "text": "[file a.md]"}], then=then)
+    assert offered == [(1,)]  # the hook ran in the revise's transaction, the row already whole
+    assert await here.unattended_sessions(0) == [KEY]
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    await here.claim_message(["msg:C2:1.0"], "other", "late file", address={}, reading_until=past)
+    assert sorted(await here.unattended_sessions(0)) == sorted([KEY, "other"])  # its replica died reading
 
 
 async def test_gone_replicas_that_owe_nothing_are_forgotten(

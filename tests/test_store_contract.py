@@ -85,6 +85,9 @@ async def test_the_inbox_from_claim_to_answer(any_store: Store) -> None:
     session = await store.get_session(KEY)
     assert session is not None and session.address == {"channel": "C1", "speaker": "U2"}  # merged, new keys win
 
+    unread = await store.claim_message(["msg:3"], KEY, "file", address={}, reading_until=utcnow() + timedelta(hours=1))
+    assert unread is not None
+    assert [i.text for i in await store.session_inbox(KEY)] == ["hi", "more"]  # its files are still being read
     await store.count_resume(KEY)
     opened = (await store.open_inbox())[KEY]
     assert [(i.text, i.resumes, i.blocks) for i in opened] == [("hi", 1, None), ("more", 1, [{"type": "text"}])]
@@ -100,10 +103,12 @@ async def test_the_inbox_from_claim_to_answer(any_store: Store) -> None:
     await store.append_messages(KEY, [], answered=True)  # the stored row is answered, the pending one stays owed
     assert [i.id for i in (await store.open_inbox())[KEY]] == [second.id]
     assert await store.answer_inbox(KEY) == 0
-    assert await store.give_up_inbox(KEY) == 1
+    assert await store.revise_message(unread.id, "file", [{"type": "text", "text": "[file b.md]"}])
+    assert [i.blocks for i in await store.session_inbox(KEY)][-1] == [{"type": "text", "text": "[file b.md]"}]
+    assert await store.give_up_inbox(KEY) == 2
     assert await store.open_inbox() == {}
     assert await store.prune_inbox(utcnow() - timedelta(hours=1)) == 0
-    assert await store.prune_inbox(utcnow() + timedelta(seconds=1)) == 2
+    assert await store.prune_inbox(utcnow() + timedelta(seconds=1)) == 3
 
 
 async def test_final_calls_keep_their_outcome_and_still_take_delivery(any_store: Store) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from slack_sdk.errors import SlackApiError
@@ -29,17 +30,20 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.engine import Delivery, Engine
 from bot.agent.protocol import text_block
+from bot.calls.models import utcnow
 from bot.config import Settings
 from bot.slack.files import FileLimits, FileReader, unread
 from bot.slack.filters import Incoming, addressed, allowed, classify, may_cancel
 from bot.slack.history import thread_context, with_context
 from bot.slack.metrics import Metrics
 from bot.slack.output import SlackEdge
-from bot.slack.queues import KeyedLocks
+from bot.slack.queues import KeyedLocks, TaskSet
 from bot.store import Store
 
 if TYPE_CHECKING:
     import psycopg
+
+    from bot.store.db import TxHook
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +60,9 @@ class ClusterHooks:
 
 INJECTION_REACTION = "eyes"
 NOTHING_SAID = "(the user mentioned you without saying anything else)"
+READING_S = 120.0
+"""How long a cluster's message stays unseen while its files are read: past it (the replica died reading
+them, or the downloads hung) the message is taken up as claimed, with notes in place of its files."""
 DENIAL = "Sorry, I'm not set up to answer here. Please ask the people who run me for access."
 
 
@@ -85,6 +92,13 @@ class MessageRouter:
         self._metrics = metrics
         self._locks = KeyedLocks()
         self._files = FileReader(client, FileLimits.of(settings))
+        self._reading = TaskSet()
+        """A cluster's files being read after their message was claimed and acked."""
+
+    async def close(self, timeout_s: float) -> None:
+        """Stop reading files for new messages; those being read get `timeout_s` to finish (a message
+        whose files are cut off is taken up after READING_S, its files as notes)."""
+        await self._reading.close(timeout_s)
 
     async def handle(self, body: dict[str, Any]) -> None:
         """One `message` or `app_mention` event, start to finish."""
@@ -118,7 +132,7 @@ class MessageRouter:
             return
         address = {"speaker": incoming.user} if session_key is not None else self._new_address(incoming)
         if self._offer_in is not None:
-            await self._claim_whole(incoming, keys, session_key, address)
+            await self._claim_in_cluster(incoming, keys, session_key, address)
             return
         # One process acked the event already: the claim comes first, so a kill while the thread or the
         # files are read still leaves the message owed (its files as notes saying why they are missing).
@@ -131,43 +145,70 @@ class MessageRouter:
             self._metrics.inc("events_duplicate_total")
             return
         self._remember(item.session_key, incoming, address, new=session_key is None)
-        read_text, content = await self._read(incoming, new=session_key is None)
-        if read_text != text or incoming.files:
-            await self._store.revise_message(item.id, read_text, content if isinstance(content, list) else None)
+        read = await self._text(incoming, new=session_key is None)
+        content: str | list[dict[str, Any]] = read
+        if incoming.files:
+            content = _content(read, await self._files.blocks(incoming.files))
+        if read != text or incoming.files:
+            await self._store.revise_message(item.id, read, content if isinstance(content, list) else None)
         await self._deliver(item.session_key, incoming, content, item.id)
 
-    async def _claim_whole(
+    async def _claim_in_cluster(
         self, incoming: Incoming, keys: list[str], session_key: str | None, address: dict[str, Any]
     ) -> None:
         """In a cluster the ack waits for the claim, and the thread's job commits with it, or neither does;
         its ring then reaches the replica running the thread's turn (this one too), which may take the
-        message up at once. So the row must be whole when it commits: the thread and the files are read
-        first (a redelivery meanwhile is refused by the claim, and downloads nothing once it is claimed)."""
-        if incoming.files and await self._store.seen_any(*keys):
-            self._metrics.inc("events_duplicate_total")  # a redelivery or a twin: not worth downloading its files
-            return
-        text, content = await self._read(incoming, new=session_key is None)
+        message up at once. A message with files is claimed unseen by turns, acked, and its files read
+        after (`_read_files`): a download may take longer than Slack waits for the ack."""
+        text = await self._text(incoming, new=session_key is None)
         key = session_key or incoming.key
+        reading = bool(incoming.files)
+        item = await self._store.claim_message(
+            keys,
+            key,
+            text,
+            address=address,
+            blocks=_content(text, unread(incoming.files)) if reading else None,
+            requester=incoming.user,
+            then=None if reading else self._offer(key, incoming),
+            reading_until=utcnow() + timedelta(seconds=READING_S) if reading else None,
+        )
+        if item is None:
+            self._metrics.inc("events_duplicate_total")
+            return
+        self._remember(item.session_key, incoming, address, new=session_key is None)
+        if reading:
+            reader = self._read_files(item.id, key, incoming, text)
+            if not self._reading.spawn(reader, f"slack-files:{incoming.ts}"):
+                log.warning("shutting down: %s/%s is taken up without its files", incoming.channel, incoming.ts)
+        else:
+            self._queued(key, incoming)
+
+    async def _read_files(self, inbox_id: int, key: str, incoming: Incoming, text: str) -> None:
+        """A cluster's message with files, claimed and acked: its files join it, and its turn is queued."""
+        blocks = _content(text, await self._files.blocks(incoming.files))
+        if await self._store.revise_message(inbox_id, text, blocks, then=self._offer(key, incoming)):
+            self._queued(key, incoming)
+        else:  # past READING_S another replica took the message up as claimed, its files as notes
+            log.warning("the files of %s/%s were read too late for its turn", incoming.channel, incoming.ts)
+
+    def _offer(self, key: str, incoming: Incoming) -> TxHook:
+        """Queue the thread's job and ring its replica, inside the caller's transaction."""
         assert self._offer_in is not None
         offer_in, ref = self._offer_in, {"channel": incoming.channel, "ts": incoming.ts}
 
         async def then(conn: psycopg.AsyncConnection[Any]) -> None:
             await offer_in(conn, key, ref)
 
-        blocks = content if isinstance(content, list) else None
-        item = await self._store.claim_message(
-            keys, key, text, address=address, blocks=blocks, requester=incoming.user, then=then
-        )
-        if item is None:
-            self._metrics.inc("events_duplicate_total")
-            return
-        self._remember(item.session_key, incoming, address, new=session_key is None)
-        self._metrics.inc("turns_queued_total")
-        self._edge.note_request(item.session_key, incoming.channel, incoming.ts, incoming.user)
+        return then
 
-    async def _read(self, incoming: Incoming, *, new: bool) -> tuple[str, str | list[dict[str, Any]]]:
-        """The message as the model gets it: the text (after the thread's earlier messages, when it opens a
-        session in an existing thread) and its content, with the files shared with it as blocks."""
+    def _queued(self, key: str, incoming: Incoming) -> None:
+        self._metrics.inc("turns_queued_total")
+        self._edge.note_request(key, incoming.channel, incoming.ts, incoming.user)
+
+    async def _text(self, incoming: Incoming, *, new: bool) -> str:
+        """The text the model gets: after the thread's earlier messages when it opens a session in an
+        existing thread, and never empty without files."""
         text = incoming.text
         if new and incoming.in_thread:
             context = await thread_context(
@@ -178,11 +219,7 @@ class MessageRouter:
                 bot_user_id=self._bot_user_id,
             )
             text = with_context(context, text)
-        if not text.strip() and not incoming.files:
-            text = NOTHING_SAID
-        if not incoming.files:
-            return text, text
-        return text, _content(text, await self._files.blocks(incoming.files))
+        return text if text.strip() or incoming.files else NOTHING_SAID
 
     def _remember(self, session_key: str, incoming: Incoming, address: dict[str, Any], *, new: bool) -> None:
         if new:

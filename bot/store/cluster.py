@@ -19,6 +19,7 @@ import psycopg
 from bot.calls.models import ToolCall, utcnow
 from bot.store.calls import ORPHANED_ERROR
 from bot.store.db import PgDb
+from bot.store.inbox import VISIBLE
 from bot.store.outbox import OwedMessage, owed_message
 from bot.store.reminder_posts import reminder_post
 from bot.store.schema import CALL_COLUMNS, call_from_row, ts
@@ -26,9 +27,9 @@ from bot.types import ReminderPost
 
 # A session is owed something (input, or a result that outlived its turn) and no job of its thread is
 # queued or running: nobody will take it up unless offered.
-_UNATTENDED = """
+_UNATTENDED = f"""
 SELECT owed.session_key FROM (
-    SELECT session_key FROM inbox WHERE answered_at IS NULL AND claimed_at < ?
+    SELECT session_key FROM inbox WHERE answered_at IS NULL AND claimed_at < ? AND {VISIBLE}
     UNION
     SELECT session_key FROM tool_calls
     WHERE delivered = 0 AND status NOT IN ('pending', 'running') AND completed_at < ?
@@ -136,5 +137,5 @@ class ClusterQueries:
         """Sessions owed input or a result for over `older_than_s` with no job of their thread to take it up."""
         before = ts(utcnow() - timedelta(seconds=older_than_s))
         async with self.transaction() as conn:
-            rows = await PgDb(conn).fetch(_UNATTENDED, before, before)
+            rows = await PgDb(conn).fetch(_UNATTENDED, before, ts(utcnow()), before)
         return [str(row["session_key"]) for row in rows]

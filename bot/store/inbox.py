@@ -13,6 +13,12 @@ three states, each set in the transaction that makes it true:
 A process that dies leaves pending and stored rows behind; at the next start the
 engine resumes every session that has one (see `Engine.resume`).
 
+A cluster claims a message with files before it reads them (its ack waits for the
+claim, and a download can take longer than Slack waits): until `reading_until` the
+row is there but unseen by turns and by restarts, and `revise_message` makes it
+whole. If the replica dies meanwhile the deadline passes and the row is taken up
+as it was claimed, its files as notes saying why they are missing.
+
 Mixed into `Store` so this SQL stays in the store package but out of `store.py`.
 """
 
@@ -30,6 +36,8 @@ from bot.store.db import Db, Row, TxHook
 from bot.store.schema import dumps, ts
 
 _COLUMNS = "id, session_key, text, blocks, claimed_at, turn_id, resumes, requester"
+VISIBLE = "(reading_until IS NULL OR reading_until < ?)"
+"""Rows turns may see: their files are read, or were being read by a process that missed its deadline (`?`: now)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,11 +86,16 @@ async def insert_inbox(
     text: str,
     blocks: list[dict[str, Any]] | None = None,
     requester: str | None = None,
+    reading_until: datetime | None = None,
 ) -> int:
     """Add a pending row inside the caller's transaction; returns its id (for claims made elsewhere in the store)."""
-    sql = "INSERT INTO inbox (session_key, text, blocks, claimed_at, requester) VALUES (?, ?, ?, ?, ?) RETURNING id"
+    sql = (
+        "INSERT INTO inbox (session_key, text, blocks, claimed_at, requester, reading_until) "
+        "VALUES (?, ?, ?, ?, ?, ?) RETURNING id"
+    )
     encoded = dumps(blocks) if blocks is not None else None
-    rows = await db.fetch(sql, session_key, text, encoded, ts(utcnow()), requester)
+    until = ts(reading_until) if reading_until is not None else None
+    rows = await db.fetch(sql, session_key, text, encoded, ts(utcnow()), requester, until)
     return int(rows[0][0])
 
 
@@ -125,6 +138,7 @@ class InboxQueries:
         blocks: list[dict[str, Any]] | None = None,
         requester: str | None = None,
         then: TxHook | None = None,
+        reading_until: datetime | None = None,
     ) -> InboxItem | None:
         """Record `keys` as seen and `text` (with `blocks`, its content with files) by `requester` as owed an
         answer, in one transaction; None if any key was seen.
@@ -132,7 +146,8 @@ class InboxQueries:
         The session is created with `address` if it does not exist yet, else `address` is merged into
         its stored one (new keys win): who speaks now is saved with what they said. `then` (PostgreSQL only)
         runs on the connection inside the claim's transaction once the row is in, so work it queues there (a
-        job for the turn) commits with the claim or not at all.
+        job for the turn) commits with the claim or not at all. With `reading_until` the row stays unseen
+        until `revise_message` (or that time) while its files are read.
         """
         now = ts(utcnow())
         try:
@@ -147,7 +162,7 @@ class InboxQueries:
                     f"ON CONFLICT(key) DO UPDATE SET address = {merged}",
                     (session_key, now, dumps(address)),
                 )
-                inbox_id = await insert_inbox(db, session_key, text, blocks, requester)
+                inbox_id = await insert_inbox(db, session_key, text, blocks, requester, reading_until)
                 if then is not None:
                     await db.hand_over(then)
         except _Seen:
@@ -155,19 +170,25 @@ class InboxQueries:
         claimed_at = datetime.fromisoformat(now)
         return InboxItem(inbox_id, session_key, text, claimed_at, None, blocks=blocks, requester=requester)
 
-    async def revise_message(self, inbox_id: int, text: str, blocks: list[dict[str, Any]] | None) -> bool:
+    async def revise_message(
+        self, inbox_id: int, text: str, blocks: list[dict[str, Any]] | None, *, then: TxHook | None = None
+    ) -> bool:
         """Replace a pending row's text and blocks with what was read after its claim (the thread's earlier
-        messages, its files); False if a turn has stored it already (then the history holds its text)."""
+        messages, its files), and show it to turns; False if a turn has stored it already (then the history
+        holds its text). `then` is as for `claim_message`, run only when the row was revised."""
         encoded = dumps(blocks) if blocks is not None else None
+        sql = "UPDATE inbox SET text = ?, blocks = ?, reading_until = NULL WHERE id = ? AND turn_id IS NULL"
         async with self._write() as db:
-            sql = "UPDATE inbox SET text = ?, blocks = ? WHERE id = ? AND turn_id IS NULL"
-            return (await db.execute(sql, (text, encoded, inbox_id))).rowcount == 1
+            revised = (await db.execute(sql, (text, encoded, inbox_id))).rowcount == 1
+            if revised and then is not None:
+                await db.hand_over(then)
+        return revised
 
     async def open_inbox(self) -> dict[str, list[InboxItem]]:
         """Every row not answered yet, by session, oldest first: what a restart must resume."""
-        sql = f"SELECT {_COLUMNS} FROM inbox WHERE answered_at IS NULL ORDER BY id"
+        sql = f"SELECT {_COLUMNS} FROM inbox WHERE answered_at IS NULL AND {VISIBLE} ORDER BY id"
         async with self._read() as db:
-            rows = await db.fetch(sql)
+            rows = await db.fetch(sql, ts(utcnow()))
         found: dict[str, list[InboxItem]] = {}
         for row in rows:
             item = _item(row)
@@ -176,9 +197,9 @@ class InboxQueries:
 
     async def session_inbox(self, session_key: str) -> list[InboxItem]:
         """The session's rows not answered yet, oldest first: what its next turn owes an answer."""
-        sql = f"SELECT {_COLUMNS} FROM inbox WHERE session_key = ? AND answered_at IS NULL ORDER BY id"
+        sql = f"SELECT {_COLUMNS} FROM inbox WHERE session_key = ? AND answered_at IS NULL AND {VISIBLE} ORDER BY id"
         async with self._read() as db:
-            rows = await db.fetch(sql, session_key)
+            rows = await db.fetch(sql, session_key, ts(utcnow()))
         return [_item(row) for row in rows]
 
     async def count_resume(self, session_key: str) -> None:

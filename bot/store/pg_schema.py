@@ -154,7 +154,8 @@ CREATE TABLE inbox (
     turn_id      TEXT,
     resumes      INTEGER NOT NULL DEFAULT 0,
     answered_at  TEXT,
-    requester    TEXT
+    requester    TEXT,
+    reading_until TEXT
 );
 CREATE INDEX inbox_open ON inbox(answered_at, session_key);
 

@@ -201,12 +201,14 @@ CREATE UNIQUE INDEX outbox_edit_per_message ON outbox(channel, ts) WHERE ts IS N
 _V4 = _CALL_PROCESSES + _MODEL_USAGE + _MESSAGES_ARCHIVE + _INBOX + _REMINDER_POSTS + _OUTBOX
 
 # The replica that saves a call, or owes a post (bot/store/calls.py, outbox.py, reminder_posts.py); NULL in
-# SQLite mode, where one process is the only writer. And who wrote each inbox row (bot/store/inbox.py).
+# SQLite mode, where one process is the only writer. And who wrote each inbox row, and until when a cluster
+# is still reading its files (bot/store/inbox.py).
 _V5 = """
 ALTER TABLE tool_calls ADD COLUMN replica TEXT;
 ALTER TABLE outbox ADD COLUMN replica TEXT;
 ALTER TABLE reminder_posts ADD COLUMN replica TEXT;
 ALTER TABLE inbox ADD COLUMN requester TEXT;
+ALTER TABLE inbox ADD COLUMN reading_until TEXT;
 """
 
 MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5]

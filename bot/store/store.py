@@ -101,12 +101,6 @@ class Store(
                 new += cursor.rowcount
         return new == len(keys)
 
-    async def seen_any(self, *keys: str) -> bool:
-        """Whether any of these keys was claimed already: a cheap look before costly work on a likely repeat."""
-        marks = ", ".join("?" * len(keys))
-        async with self._read() as db:
-            return bool(await db.fetch(f"SELECT 1 FROM seen_events WHERE key IN ({marks}) LIMIT 1", *keys))
-
     async def prune_events(self, older_than: datetime) -> int:
         """Forget events seen before `older_than` (redeliveries stop long before); returns how many."""
         async with self._write() as db:
