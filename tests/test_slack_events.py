@@ -34,6 +34,8 @@ class Rig:
     metrics: Metrics
     edits: EditScheduler
     core: Core
+    client: AsyncWebClient
+    edge: SlackEdge
 
     async def send(self, event: dict[str, Any]) -> None:
         await self.router.handle(event_callback_body(event))
@@ -62,7 +64,7 @@ async def make_rig(slack: FakeSlack, fake: FakeAnthropic, core_factory: CoreFact
         bot_user_id="UBOT",
         metrics=metrics,
     )
-    return Rig(slack, fake, router, metrics, edits, core)
+    return Rig(slack, fake, router, metrics, edits, core, client, edge)
 
 
 RigFactory = Callable[..., Awaitable[Rig]]

@@ -119,6 +119,7 @@ async def test_a_message_whose_files_are_read_is_unattended_only_past_its_deadli
     soon = datetime.now(UTC) + timedelta(minutes=2)
     item = await here.claim_message(["msg:C1:1.0"], KEY, "see file", address={}, reading_until=soon)
     assert item is not None
+    await here.claim_message(["msg:C1:2.0"], KEY, "and this", address={})  # waits for the one before it
     assert await here.unattended_sessions(0) == []  # its replica is reading the files: no job yet, on purpose
     offered = []
 
@@ -126,7 +127,7 @@ async def test_a_message_whose_files_are_read_is_unattended_only_past_its_deadli
         offered.append(await (await conn.execute("SELECT count(*) FROM inbox WHERE reading_until IS NULL")).fetchone())
 
     assert await here.revise_message(item.id, "see file", [{"type": "text", "text": "[file a.md]"}], then=then)
-    assert offered == [(1,)]  # the hook ran in the revise's transaction, the row already whole
+    assert offered == [(2,)]  # the hook ran in the revise's transaction, the row already whole
     assert await here.unattended_sessions(0) == [KEY]
     past = datetime.now(UTC) - timedelta(seconds=1)
     await here.claim_message(["msg:C2:1.0"], "other", "late file", address={}, reading_until=past)

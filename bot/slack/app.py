@@ -9,7 +9,6 @@ A cluster acks only after the durable effect (bolt's `process_before_response`),
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -194,8 +193,10 @@ class Ingress:
             self.tasks.spawn(work, name)
 
     async def close(self, timeout_s: float) -> None:
-        """Stop taking events; give the handlers in flight (and the files they still read) `timeout_s` to finish."""
-        await asyncio.gather(self.tasks.close(timeout_s), self.router.close(timeout_s))
+        """Stop taking events; give the handlers in flight `timeout_s` to finish, then the files they
+        still read (a handler that claims a message meanwhile may still start reading its files)."""
+        await self.tasks.close(timeout_s)
+        await self.router.close(timeout_s)
 
 
 def build_app(settings: Settings, client: AsyncWebClient, ingress: Ingress, me: Identity) -> AsyncApp:

@@ -1,7 +1,7 @@
 """Slack messages → the engine: which thread, which session, start a turn or inject, or stop.
 
 One process has acked the event before any of this runs (a cluster acks once
-this has claimed it, see `_claim_whole`). Messages of one thread are handled one
+this has claimed it, see `_claim_in_cluster`). Messages of one thread are handled one
 after another (a per-thread lock), so two quick replies reach the engine in the
 order they were written. Deduplication is recorded in the store
 before anything is dispatched: by `event_id` (Slack's redeliveries) and by
@@ -10,7 +10,8 @@ start a second turn, not even across a restart. The claim that records those key
 also writes the message to the inbox, in the same transaction: from then on it is
 owed an answer, even if the process dies before the model sees it. One process
 claims a message as soon as it arrives and reads the thread and the files after;
-a cluster, whose ack waits for the claim, reads them first.
+a cluster, whose ack waits for the claim, reads the thread first and the files
+after the ack, keeping the message unseen by turns until they are read.
 
 Every message handed to the engine records its author as the session's `speaker`
 before the engine sees it: in a shared thread the person asking now is not always
@@ -19,6 +20,7 @@ whoever started the thread, and a reminder or a time zone is theirs.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -32,7 +34,7 @@ from bot.agent.engine import Delivery, Engine
 from bot.agent.protocol import text_block
 from bot.calls.models import utcnow
 from bot.config import Settings
-from bot.slack.files import FileLimits, FileReader, unread
+from bot.slack.files import TOO_SLOW, FileLimits, FileReader, unread
 from bot.slack.filters import Incoming, addressed, allowed, classify, may_cancel
 from bot.slack.history import thread_context, with_context
 from bot.slack.metrics import Metrics
@@ -177,19 +179,35 @@ class MessageRouter:
             self._metrics.inc("events_duplicate_total")
             return
         self._remember(item.session_key, incoming, address, new=session_key is None)
-        if reading:
-            reader = self._read_files(item.id, key, incoming, text)
-            if not self._reading.spawn(reader, f"slack-files:{incoming.ts}"):
-                log.warning("shutting down: %s/%s is taken up without its files", incoming.channel, incoming.ts)
-        else:
+        if not reading:
             self._queued(key, incoming)
+        elif not self._reading.spawn(self._read_files(item.id, key, incoming, text), f"slack-files:{incoming.ts}"):
+            log.warning("shutting down: %s/%s goes on without its files", incoming.channel, incoming.ts)
+            await self._revise(item.id, key, incoming, text, _content(text, unread(incoming.files)))
 
     async def _read_files(self, inbox_id: int, key: str, incoming: Incoming, text: str) -> None:
-        """A cluster's message with files, claimed and acked: its files join it, and its turn is queued."""
-        blocks = _content(text, await self._files.blocks(incoming.files))
+        """A cluster's message with files, claimed and acked: its files join it, and its turn is queued.
+
+        Reading is cut off well inside READING_S, and a shutdown hands the message on with notes for its
+        files: either way it goes on at once instead of staying unseen until its deadline."""
+        try:
+            async with asyncio.timeout(READING_S / 2):
+                blocks = _content(text, await self._files.blocks(incoming.files))
+        except TimeoutError:
+            log.warning("the files of %s/%s took too long to read", incoming.channel, incoming.ts)
+            blocks = _content(text, unread(incoming.files, reason=TOO_SLOW))
+        except asyncio.CancelledError:
+            await asyncio.shield(self._revise(inbox_id, key, incoming, text, _content(text, unread(incoming.files))))
+            raise
+        await self._revise(inbox_id, key, incoming, text, blocks)
+
+    async def _revise(
+        self, inbox_id: int, key: str, incoming: Incoming, text: str, blocks: list[dict[str, Any]]
+    ) -> None:
+        """The message made whole and shown to turns, and its thread's job queued, in one transaction."""
         if await self._store.revise_message(inbox_id, text, blocks, then=self._offer(key, incoming)):
             self._queued(key, incoming)
-        else:  # past READING_S another replica took the message up as claimed, its files as notes
+        else:  # past READING_S, another replica took the message up as it was claimed
             log.warning("the files of %s/%s were read too late for its turn", incoming.channel, incoming.ts)
 
     def _offer(self, key: str, incoming: Incoming) -> TxHook:

@@ -43,6 +43,7 @@ CHUNK_BYTES = 64 * 1024
 SLACK_HOST_SUFFIXES = (".slack.com", ".slack-gov.com")
 PDF_SIGNATURE = b"%PDF-"
 RESTARTED_WHILE_READING = "the bot restarted while reading it; ask to share it again"
+TOO_SLOW = "Slack took too long to send it; ask to share it again"
 IMAGE_SIGNATURES = {
     "image/png": (b"\x89PNG\r\n\x1a\n",),
     "image/jpeg": (b"\xff\xd8\xff",),
@@ -234,10 +235,10 @@ def image_type(data: bytes) -> str | None:
     return next((kind for kind, signs in IMAGE_SIGNATURES.items() if data.startswith(signs)), None)
 
 
-def unread(files: Sequence[Any]) -> list[Block]:
+def unread(files: Sequence[Any], reason: str = RESTARTED_WHILE_READING) -> list[Block]:
     """What a message holds in place of its files until they are read: if the process dies while reading
     them, the resumed turn tells the model why they are missing instead of dropping them silently."""
-    return [_note(_name(item if isinstance(item, dict) else {}), RESTARTED_WHILE_READING) for item in files]
+    return [_note(_name(item if isinstance(item, dict) else {}), reason) for item in files]
 
 
 def _note(name: str, reason: str) -> Block:

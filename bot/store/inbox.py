@@ -15,8 +15,8 @@ engine resumes every session that has one (see `Engine.resume`).
 
 A cluster claims a message with files before it reads them (its ack waits for the
 claim, and a download can take longer than Slack waits): until `reading_until` the
-row is there but unseen by turns and by restarts, and `revise_message` makes it
-whole. If the replica dies meanwhile the deadline passes and the row is taken up
+row, and the later rows of its session, are there but unseen by turns and by
+restarts, and `revise_message` makes it whole. If the replica dies meanwhile the deadline passes and the row is taken up
 as it was claimed, its files as notes saying why they are missing.
 
 Mixed into `Store` so this SQL stays in the store package but out of `store.py`.
@@ -36,8 +36,12 @@ from bot.store.db import Db, Row, TxHook
 from bot.store.schema import dumps, ts
 
 _COLUMNS = "id, session_key, text, blocks, claimed_at, turn_id, resumes, requester"
-VISIBLE = "(reading_until IS NULL OR reading_until < ?)"
-"""Rows turns may see: their files are read, or were being read by a process that missed its deadline (`?`: now)."""
+VISIBLE = """NOT EXISTS (
+    SELECT 1 FROM inbox AS reading WHERE reading.session_key = inbox.session_key AND reading.id <= inbox.id
+    AND reading.answered_at IS NULL AND reading.reading_until >= ?
+)"""
+"""Rows turns may see (`?`: now): no row of their session up to them is still having its files read, so
+messages reach the model in the order they were written. A reader that missed its deadline counts as done."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,9 +179,12 @@ class InboxQueries:
     ) -> bool:
         """Replace a pending row's text and blocks with what was read after its claim (the thread's earlier
         messages, its files), and show it to turns; False if a turn has stored it already (then the history
-        holds its text). `then` is as for `claim_message`, run only when the row was revised."""
+        holds its text, or it was settled). `then` is as for `claim_message`, run only when the row was revised."""
         encoded = dumps(blocks) if blocks is not None else None
-        sql = "UPDATE inbox SET text = ?, blocks = ?, reading_until = NULL WHERE id = ? AND turn_id IS NULL"
+        sql = (
+            "UPDATE inbox SET text = ?, blocks = ?, reading_until = NULL "
+            "WHERE id = ? AND turn_id IS NULL AND answered_at IS NULL"
+        )
         async with self._write() as db:
             revised = (await db.execute(sql, (text, encoded, inbox_id))).rowcount == 1
             if revised and then is not None:
@@ -206,15 +213,18 @@ class InboxQueries:
         """A start is resuming the session's open rows: count it before the turn runs."""
         async with self._write() as db:
             await db.execute(
-                "UPDATE inbox SET resumes = resumes + 1 WHERE session_key = ? AND answered_at IS NULL", (session_key,)
+                f"UPDATE inbox SET resumes = resumes + 1 WHERE session_key = ? AND answered_at IS NULL AND {VISIBLE}",
+                (session_key, ts(utcnow())),
             )
 
     async def give_up_inbox(self, session_key: str) -> int:
-        """Settle every open row of the session, pending ones too (the thread was told); returns how many."""
+        """Settle every open row of the session that turns can see, pending ones too (the thread was told);
+        returns how many. A message whose files are still being read is not given up with the ones before it."""
+        now = ts(utcnow())
         async with self._write() as db:
             cursor = await db.execute(
-                "UPDATE inbox SET answered_at = ? WHERE session_key = ? AND answered_at IS NULL",
-                (ts(utcnow()), session_key),
+                f"UPDATE inbox SET answered_at = ? WHERE session_key = ? AND answered_at IS NULL AND {VISIBLE}",
+                (now, session_key, now),
             )
             return cursor.rowcount
 
