@@ -107,6 +107,16 @@ async def test_first_mention_inside_a_thread_brings_the_thread_as_context(rig: R
     )
 
 
+async def test_a_thread_slack_does_not_answer_for_is_answered_without_its_context(rig: Rig) -> None:
+    slack = rig.slack
+    root = slack.user_message("C1", "the deploy failed at step 3", user="U2")
+    rig.client.timeout = 0.5
+    slack.stall("conversations.replies")
+    await rig.send(slack.mention("C1", "what should we do?", thread_ts=root["ts"]))
+    await rig.wait_post("C1", root["ts"], "ok")
+    assert user_texts(rig.model.requests[0]) == ["what should we do?"]
+
+
 async def test_edits_bots_joins_and_chatter_never_reach_the_model(rig: Rig) -> None:
     slack = rig.slack
     root = slack.mention("C1", "start")

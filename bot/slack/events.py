@@ -98,8 +98,8 @@ class MessageRouter:
         """A cluster's files being read after their message was claimed and acked."""
 
     async def close(self, timeout_s: float) -> None:
-        """Stop reading files for new messages; those being read get `timeout_s` to finish (a message
-        whose files are cut off is taken up after READING_S, its files as notes)."""
+        """Stop reading files for new messages; those being read get `timeout_s` to finish, and a reader
+        cut off then hands its message on at once, its files as notes."""
         await self._reading.close(timeout_s)
 
     async def handle(self, body: dict[str, Any]) -> None:

@@ -17,6 +17,7 @@ import logging
 from collections import deque
 from typing import Any
 
+import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -102,6 +103,9 @@ async def thread_context(
     except SlackApiError as exc:
         log.warning("conversations.replies %s/%s failed: %s", channel, thread_ts, exc.response.get("error"))
         unread = True  # whatever came after the pages already read
+    except (aiohttp.ClientError, TimeoutError) as exc:  # the message is answered without (all of) its context
+        log.warning("conversations.replies %s/%s did not answer: %r", channel, thread_ts, exc)
+        unread = True
     if root is None:
         return None
     return format_context(
