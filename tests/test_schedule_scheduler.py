@@ -137,6 +137,24 @@ async def test_cron_fires_each_run_then_stops_when_cancelled(make: Factory, outp
     assert len(output.reminders) == 2
 
 
+async def test_a_timer_for_a_run_fired_elsewhere_waits_for_the_next_instead_of_firing_it_early(
+    make: Factory, output: RecordingOutput
+) -> None:
+    """Two replicas' timers for one cron run: the second finds the row moved on to a run not due yet."""
+    clock = FakeClock(datetime(2026, 5, 4, 6, 59, 30, tzinfo=UTC))
+    one, other = make(clock=clock), make(clock=clock)
+    await one.start()
+    await other.start()
+    first_due = datetime(2026, 5, 4, 7, tzinfo=UTC)
+    rid = await add(one, "every minute", first_due, cron="* * * * *", zone="UTC")
+    clock.now = first_due + timedelta(seconds=10)  # both were down when it came due
+    assert (await one.fire(rid)).delivered
+    report = await other.fire(rid)  # its timer was set for 07:00 too
+    assert not report.delivered and report.next_due_at == first_due + timedelta(minutes=1)
+    assert_runs_in(other, rid, 50)
+    assert output.reminders == [(KEY, "every minute")]  # once, not the 07:01 run 50 s early
+
+
 async def test_due_during_downtime_fires_once_after_restart_marked_late(
     make: Factory, output: RecordingOutput, store: Store
 ) -> None:

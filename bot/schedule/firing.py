@@ -100,6 +100,10 @@ class Firer:
         reminder = await self._store.get_reminder(reminder_id)
         if reminder is None or reminder.status is not ReminderStatus.PENDING:
             return Claim(FireReport(reminder_id, started))
+        if reminder.due_at > started:
+            # A timer set for a run someone else has fired since (another replica, a restart's catch-up):
+            # the row has moved on to its next run, which is not due yet.
+            return Claim(FireReport(reminder_id, started, next_due_at=reminder.due_at))
         if reminder.cron is not None:
             return await self._claim_cron(reminder, started)
         verdict = judge(reminder.due_at, started, max_lateness_s=self._max_lateness_s)
