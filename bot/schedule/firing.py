@@ -101,8 +101,8 @@ class Firer:
         if reminder is None or reminder.status is not ReminderStatus.PENDING:
             return Claim(FireReport(reminder_id, started))
         if reminder.due_at > started:
-            # A timer set for a run someone else has fired since (another replica, a restart's catch-up):
-            # the row has moved on to its next run, which is not due yet.
+            # A timer set for a run that another replica's timer fired first: the row has moved on to
+            # its next run, which is not due yet (early used to count as on time, and posted it now).
             return Claim(FireReport(reminder_id, started, next_due_at=reminder.due_at))
         if reminder.cron is not None:
             return await self._claim_cron(reminder, started)

@@ -16,8 +16,9 @@ engine resumes every session that has one (see `Engine.resume`).
 A cluster claims a message with files before it reads them (its ack waits for the
 claim, and a download can take longer than Slack waits): until `reading_until` the
 row, and the later rows of its session, are there but unseen by turns and by
-restarts, and `revise_message` makes it whole. If the replica dies meanwhile the deadline passes and the row is taken up
-as it was claimed, its files as notes saying why they are missing.
+restarts, and `revise_message` makes it whole. If the replica dies meanwhile, the
+deadline passes and the row is taken up as it was claimed, its files as notes
+saying why they are missing.
 
 Mixed into `Store` so this SQL stays in the store package but out of `store.py`.
 """
