@@ -24,7 +24,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.slack.posts import PostFailed, PostQueue, PostRejected
+from bot.slack.posts import PostFailed, PostQueue, PostRejected, thread_holds
 from bot.store import OwedMessage, Store
 
 log = logging.getLogger(__name__)
@@ -183,11 +183,6 @@ class Outbox:
         """Whether the thread already holds this post (a message with its marker)."""
         if message.thread_ts is None:
             return False  # a top-level post cannot be searched for cheaply; it is posted again
-        wanted = marker(message.id)
-        first = await self._client.conversations_replies(
-            channel=message.channel, ts=message.thread_ts, include_all_metadata=True, limit=200
+        return await thread_holds(
+            self._client, channel=message.channel, thread_ts=message.thread_ts, mark=marker(message.id)
         )
-        async for page in first:  # slack_sdk follows `next_cursor` itself
-            if any(found.get("metadata") == wanted for found in page.get("messages") or []):
-                return True
-        return False

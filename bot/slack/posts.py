@@ -163,3 +163,21 @@ class PostQueue:
 def _error(exc: SlackApiError) -> str | None:
     data = exc.response.data
     return data.get("error") if isinstance(data, dict) else None
+
+
+async def thread_holds(
+    client: AsyncWebClient, *, channel: str, thread_ts: str, mark: dict[str, Any], max_pages: int | None = None
+) -> bool:
+    """Whether the thread holds a message carrying the metadata `mark` (SlackApiError if it cannot be read):
+    how a post that may have landed before a 500 or a kill is recognised before it is tried again. The
+    walk starts at the root; past `max_pages` pages it gives up, and the post goes out unchecked."""
+    first = await client.conversations_replies(channel=channel, ts=thread_ts, include_all_metadata=True, limit=200)
+    pages = 0
+    async for page in first:  # slack_sdk follows `next_cursor` itself
+        if any(message.get("metadata") == mark for message in page.get("messages") or []):
+            return True
+        pages += 1
+        if max_pages is not None and pages >= max_pages:
+            log.warning("thread %s/%s too long to check for an earlier post", channel, thread_ts)
+            break
+    return False

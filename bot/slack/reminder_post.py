@@ -19,13 +19,12 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.slack.posts import PostFailed, PostQueue, PostRejected
+from bot.slack.posts import PostFailed, PostQueue, PostRejected, thread_holds
 from bot.types import ReminderOutcome, ReminderPost
 
 log = logging.getLogger(__name__)
 
 EVENT_TYPE = "threadbot_reminder"
-PAGE_SIZE = 200
 MAX_PAGES = 10
 # Errors no retry can fix: the post is given up rather than retried until the deadline.
 PERMANENT_ERRORS = frozenset(
@@ -54,21 +53,7 @@ def _payload(post: ReminderPost) -> dict[str, Any]:
 
 async def already_posted(client: AsyncWebClient, *, channel: str, thread_ts: str, post: ReminderPost) -> bool:
     """Whether the thread holds a message marked as this run (SlackApiError if it cannot be read)."""
-    wanted = _payload(post)
-    first = await client.conversations_replies(
-        channel=channel, ts=thread_ts, include_all_metadata=True, limit=PAGE_SIZE
-    )
-    pages = 0
-    async for page in first:  # slack_sdk follows `next_cursor` itself
-        for message in page.get("messages") or []:
-            metadata = message.get("metadata") or {}
-            if metadata.get("event_type") == EVENT_TYPE and metadata.get("event_payload") == wanted:
-                return True
-        pages += 1
-        if pages >= MAX_PAGES:
-            log.warning("thread %s/%s too long to check for reminder %d", channel, thread_ts, post.reminder_id)
-            break
-    return False
+    return await thread_holds(client, channel=channel, thread_ts=thread_ts, mark=mark(post), max_pages=MAX_PAGES)
 
 
 async def post_reminder(
