@@ -7,6 +7,7 @@ hours) and turning a validation failure into one line that names the variable.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from dataclasses import dataclass
 from datetime import time
@@ -89,6 +90,9 @@ def _split_commas(value: Any) -> Any:
         return tuple(item for item in items if item)
     return value
 
+
+CLUSTER_PACKAGES = ("procrastinate", "psycopg")
+"""Cluster mode's job queue and driver: the `postgres` extra, which a SQLite install goes without."""
 
 _URL_EXAMPLES = {"slack_api_url": "https://slack.com/api/", "anthropic_base_url": "https://api.anthropic.com"}
 
@@ -212,6 +216,12 @@ class Settings(BaseSettings):
         if scheme not in ("postgresql", "postgres"):
             shown = f"{scheme}://" if scheme else "no scheme"
             raise ValueError(f"must be a postgresql:// (or postgres://) URL, not {shown}")
+        missing = [name for name in CLUSTER_PACKAGES if importlib.util.find_spec(name) is None]
+        if missing:
+            raise ValueError(
+                f"cluster mode needs {' and '.join(missing)}, which the default install leaves out: "
+                "pip install 'threadbot[postgres]'"
+            )
         return SecretStr(value.get_secret_value().strip())
 
     @field_validator("bot_timezone")

@@ -42,8 +42,10 @@ def test_ci_script_is_executable() -> None:
 
 
 def _requirements() -> list[str]:
+    """Every third-party requirement: the dependencies and each extra's (the test extra names `threadbot[…]`)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return [*project["dependencies"], *project["optional-dependencies"]["test"]]
+    extras = [req for reqs in project["optional-dependencies"].values() for req in reqs]
+    return [req for req in [*project["dependencies"], *extras] if not req.startswith(f"{project['name']}[")]
 
 
 def _normal(name: str) -> str:

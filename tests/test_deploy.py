@@ -99,7 +99,8 @@ def test_dependencies_are_installed_in_a_layer_before_the_code() -> None:
     assert later_installs and all("--no-deps" in step for step in later_installs)
 
 
-def test_the_dependency_layer_installs_exactly_pyprojects_dependencies(tmp_path: Path) -> None:
+@pytest.mark.parametrize("extras", ["", "postgres"])
+def test_the_dependency_layer_installs_exactly_pyprojects_dependencies(tmp_path: Path, extras: str) -> None:
     """Run the layer's own command in a copy of the project, with `pip` swapped for a recorder."""
     [command] = [args for instruction, args in dockerfile() if instruction == "RUN" and "dependencies" in args]
     script = re.fullmatch(r'python -c "(.*)"', command)
@@ -110,8 +111,12 @@ def test_the_dependency_layer_installs_exactly_pyprojects_dependencies(tmp_path:
         "subprocess.check_call = lambda argv: print(repr(argv[4:]))\n"
         f"exec({script.group(1)!r})\n"
     )
-    out = subprocess.run([sys.executable, "-c", recorder], cwd=tmp_path, capture_output=True, text=True, check=True)
-    expected = tomllib.loads((DEPLOY.parent / "pyproject.toml").read_text())["project"]["dependencies"]
+    env = os.environ | {"EXTRAS": extras}
+    out = subprocess.run(
+        [sys.executable, "-c", recorder], cwd=tmp_path, env=env, capture_output=True, text=True, check=True
+    )
+    project = tomllib.loads((DEPLOY.parent / "pyproject.toml").read_text())["project"]
+    expected = project["dependencies"] + (project["optional-dependencies"][extras] if extras else [])
     assert out.stdout.strip() == repr(["--no-cache-dir", *expected])
 
 
@@ -337,6 +342,13 @@ def test_readme_figures_of_the_cluster_section_are_the_codes() -> None:
         f"{keepalives['keepalives_interval']} s apart",
     ]
     assert [phrase for phrase in phrases if phrase not in section] == []
+
+
+def test_the_cluster_image_is_built_with_the_postgres_extra() -> None:
+    """The default image leaves procrastinate and psycopg out; a replica without them could not start."""
+    anchor = _compose("compose.cluster.yml")["x-threadbot"]
+    assert anchor["build"]["args"] == {"EXTRAS": "postgres"}
+    assert anchor["image"] != "threadbot:latest", "one tag for two images would let either overwrite the other"
 
 
 def test_readme_quotes_runs_refusal_without_procrastinates_schema() -> None:

@@ -4,6 +4,7 @@ schema; and cluster mode's rule that only `migrate` creates procrastinate's job 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
@@ -106,6 +107,21 @@ def test_other_urls_are_one_line_that_never_repeats_them(
     with pytest.raises(ConfigError) as caught:
         make_settings(bot_database_url=url)
     assert str(caught.value) == f"BOT_DATABASE_URL: must be a postgresql:// (or postgres://) URL, not {shown}"
+
+
+def test_a_url_without_the_postgres_extra_names_the_extra(
+    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "procrastinate" else real_find_spec(name, *a)
+    )
+    with pytest.raises(ConfigError) as caught:
+        make_settings(bot_database_url="postgresql://h/db")
+    assert str(caught.value) == (
+        "BOT_DATABASE_URL: cluster mode needs procrastinate, which the default install leaves out: "
+        "pip install 'threadbot[postgres]'"
+    )
 
 
 def test_an_empty_url_is_sqlite(make_settings: Callable[..., Settings]) -> None:
