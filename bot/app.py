@@ -120,6 +120,7 @@ async def open_core(
     owns: SessionFilter | None = None,
     before_store_closes: Callable[[], Awaitable[None]] | None = None,
     cluster: ClusterNode | None = None,
+    shutdown_grace_s: float = SHUTDOWN_GRACE_S,
 ) -> AsyncIterator[Core]:
     """Build the engine around `output`; on exit stop turns and calls, then close the store.
 
@@ -127,7 +128,8 @@ async def open_core(
     of being waited for: the process is going away without finishing them.
     `user_timezone` names the asking person's zone for reminders (the Slack edge
     passes a `users.info` lookup); `clock` is "now" for the scheduler (tests);
-    `owns` keeps the scheduler to this edge's sessions. `before_store_closes` lets an
+    `owns` keeps the scheduler to this edge's sessions; `shutdown_grace_s` is how long running
+    turns and calls get to finish at exit (tests shorten it). `before_store_closes` lets an
     edge send what the shutdown itself produced while the store can still be written.
     With `cluster` (BOT_DATABASE_URL) this process is one replica: its turns run as the
     cluster's thread jobs, it orphans only dead replicas' calls, and at exit it hands the
@@ -229,15 +231,15 @@ async def open_core(
                 await engine.shutdown(grace_s=0)
                 await registry.abandon()
             elif cluster is not None:
-                await _hand_over(cluster, engine, registry)
+                await _hand_over(cluster, engine, registry, shutdown_grace_s)
             else:
-                await engine.shutdown(grace_s=SHUTDOWN_GRACE_S)
-                await registry.shutdown(grace_s=SHUTDOWN_GRACE_S)
+                await engine.shutdown(grace_s=shutdown_grace_s)
+                await registry.shutdown(grace_s=shutdown_grace_s)
             if before_store_closes is not None:
                 await before_store_closes()
 
 
-async def _hand_over(cluster: ClusterNode, engine: Engine, registry: CallRegistry) -> None:
+async def _hand_over(cluster: ClusterNode, engine: Engine, registry: CallRegistry, grace_s: float) -> None:
     """A replica's exit: take no more turns, let running ones finish for a grace period, then offer
     the threads cut short to the other replicas (their input is still owed in the store).
 
@@ -249,8 +251,8 @@ async def _hand_over(cluster: ClusterNode, engine: Engine, registry: CallRegistr
         await registry.abandon()
         await worker
         return
-    cut_short = await engine.shutdown(grace_s=SHUTDOWN_GRACE_S)
-    await registry.shutdown(grace_s=SHUTDOWN_GRACE_S)
+    cut_short = await engine.shutdown(grace_s=grace_s)
+    await registry.shutdown(grace_s=grace_s)
     await worker
     for key in cut_short:
         try:

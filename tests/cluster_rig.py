@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
+from daemon_rig import Daemon, Script
 from fakes.anthropic_api import FakeAnthropic
 from fakes.slack_api import FakeSlack
-from test_e2e_slack import Daemon, Script
 
 from bot.store.pg_schema import apply_jobs_schema, migrate
 

@@ -29,10 +29,13 @@ from bot.types import EngineOutput, ReminderOutcome, ReminderPost, TurnOutcome
 from tools.base import SharedFile
 
 __all__ = ["any_store", "pg_dsn", "pg_jobs_dsn", "store_backend", "store_opener"]  # the back-end fixtures
+pytest_plugins = ["daemon_rig"]  # the daemon-as-a-process fixtures (`world`, `own`) for every module
 
 MODEL = "claude-sonnet-5-5"
 WAIT_S = 10.0
 """How long a test waits for a condition before failing; generous, since it only matters when broken."""
+SHUTDOWN_GRACE_S = 0.5
+"""What a closing core gives running turns and calls: a test that shuts one down mid-turn need not wait 5 s."""
 
 
 # --- the fake Messages API -----------------------------------------------------------------
@@ -61,17 +64,29 @@ def client(slack: FakeSlack) -> AsyncWebClient:
 # --- settings --------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """No BOT_*/SLACK_* variable of the developer's shell leaks into a test."""
-    for name in list(os.environ):
-        if name.startswith(("BOT_", "SLACK_")):
-            monkeypatch.delenv(name)
-    yield
+HERMETIC_PREFIXES = ("BOT_", "SLACK_", "ANTHROPIC_", "OTEL_")
+"""The variables the daemon reads: none of the developer's may reach a test, or a daemon a test starts."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def hermetic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every test runs away from the developer's checkout, shell and home.
+
+    The daemon reads `./.env` and the variables above, and several tools look in `~`; so the session
+    runs in an empty folder with an empty home, and without those variables. A test that wants one sets
+    it itself (`monkeypatch.setenv`, or a daemon's `env`).
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path_factory.mktemp("cwd"))
+        patch.setenv("HOME", str(tmp_path_factory.mktemp("home")))
+        for name in list(os.environ):
+            if name.startswith(HERMETIC_PREFIXES):
+                patch.delenv(name)
+        yield
 
 
 @pytest.fixture
-def make_settings(tmp_path: Path, clean_env: None) -> Callable[..., Settings]:
+def make_settings(tmp_path: Path) -> Callable[..., Settings]:
     """Settings on `tmp_path`, ignoring any `.env`; keyword overrides use the field names (`bot_…`)."""
 
     def make(**overrides: Any) -> Settings:
@@ -272,7 +287,12 @@ class CoreFactory:
         stack.push_async_callback(client.close)
         try:
             core = await stack.enter_async_context(
-                open_core(settings, output or self.output, provider=provider, **(open_kwargs or {}))
+                open_core(
+                    settings,
+                    output or self.output,
+                    provider=provider,
+                    **({"shutdown_grace_s": SHUTDOWN_GRACE_S} | (open_kwargs or {})),
+                )
             )
         except BaseException:
             await stack.aclose()

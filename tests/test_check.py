@@ -276,7 +276,6 @@ async def test_a_url_that_is_no_url_stops_check_and_run_with_one_line(tmp_path: 
         )
 
 
-@pytest.mark.usefixtures("clean_env")
 async def test_env_example_copied_as_is_gets_told_what_to_fill_in(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

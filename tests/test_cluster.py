@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 from cluster_rig import Cluster, cluster
+from daemon_rig import WAIT_S, mention, reply, wait_status, wait_text
 from fakes.anthropic_api import Reply, tool_use, user_texts
 from fakes.slack_api import StoredMessage
-from test_e2e_slack import WAIT_S, mention, reply, wait_status, wait_text
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.cluster]
 
@@ -151,6 +151,7 @@ async def test_killing_the_replica_that_runs_20_threads_orphans_their_calls_and_
         assert len(requests) == 2 and "orphaned" in json.dumps(requests[1]["messages"][-1])
 
 
+@pytest.mark.timeout(420)  # three stops under load, each allowed the daemon's worst case
 async def test_rolling_sigterm_of_every_replica_under_load_loses_no_acked_message(rig: Cluster) -> None:
     rig.slack.routing = "random"
     rig.model.default = echo

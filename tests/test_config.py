@@ -13,8 +13,6 @@ from bot.config import ActiveHours, Settings, YieldMode, YieldStrategy, load_set
 from bot.errors import ConfigError
 from bot.variables import misspelt, source_of
 
-pytestmark = pytest.mark.usefixtures("clean_env")
-
 CONTRACT_ENV = {
     "SLACK_BOT_TOKEN": "xoxb-bot-secret-1",
     "SLACK_APP_TOKEN": "xapp-app-secret-2",

@@ -16,14 +16,12 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from daemon_rig import WAIT_S, Daemon, World, bot_posts, mention, reply, wait_status, wait_text
 from fakes.anthropic_api import Reply, tool_results, tool_use, user_texts
 from fakes.slack_api import ApiCall, FakeSlack, StoredMessage
-from test_e2e_slack import WAIT_S, Daemon, World, bot_posts, mention, own, reply, wait_status, wait_text
 
 from bot.agent.engine import RESTART_NOTICE
 from bot.slack.files import RESTARTED_WHILE_READING
-
-__all__ = ["own"]  # the fixture, shared with the e2e module
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.asyncio(loop_scope="module")]
 

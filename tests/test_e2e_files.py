@@ -10,10 +10,8 @@ from __future__ import annotations
 import base64
 
 import pytest
+from daemon_rig import WAIT_S, World, bot_posts, mention, reply, wait_status, wait_text
 from fakes.anthropic_api import Reply, tool_use, user_blocks, user_texts
-from test_e2e_slack import WAIT_S, World, bot_posts, mention, reply, shared, wait_status, wait_text, world
-
-__all__ = ["shared", "world"]  # the fixtures, shared with test_e2e_slack
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio(loop_scope="module")]
 

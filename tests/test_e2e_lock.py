@@ -10,11 +10,10 @@ import asyncio
 import json
 
 import pytest
+from daemon_rig import World, mention, wait_text
 from fakes.anthropic_api import Reply
 from test_console import START_S, run_bot
-from test_e2e_slack import World, mention, own, wait_text
 
-__all__ = ["own"]  # the fixture, imported so pytest finds it here
 pytestmark = [pytest.mark.timeout(120), pytest.mark.asyncio(loop_scope="module")]
 
 

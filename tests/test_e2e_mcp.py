@@ -10,13 +10,12 @@ import re
 import signal
 
 import pytest
+from daemon_rig import WAIT_S, World, mention, reply, wait_status, wait_text
 from fakes.anthropic_api import Reply, tool_results, tool_use
 from mcp_support import Record, stdio_entry, wait_until, write_config
 from proc_groups import assert_group_gone
-from test_e2e_slack import WAIT_S, World, mention, own, reply, wait_status, wait_text
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.asyncio(loop_scope="module")]
-__all__ = ["own"]  # the fixture: a daemon of the test's own, not started yet
 
 
 async def start_with_mcp(world: World) -> Record:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from daemon_rig import WAIT_S, Daemon, Script, bot_posts, mention, status_posts, wait_text
 from fakes.anthropic_api import FakeAnthropic, Reply, tool_use
 from fakes.slack_api import FakeSlack
-from test_e2e_slack import WAIT_S, Daemon, Script, bot_posts, mention, status_posts, wait_text
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.asyncio(loop_scope="module")]
 

@@ -11,14 +11,13 @@ import re
 import sqlite3
 
 import pytest
+from daemon_rig import WAIT_S, World, mention, reply, status_posts, wait_text
 from fakes.anthropic_api import Reply, tool_use, user_texts
 from fakes.slack_api import FakeSlack
 from proc_groups import ECHO_PGID, assert_group_gone, group_exists, live_members
-from test_e2e_slack import WAIT_S, World, mention, own, reply, status_posts, wait_text
 
 from bot.text import REPLACEMENT
 
-__all__ = ["own"]  # the fixture, imported so pytest finds it here
 pytestmark = [pytest.mark.timeout(90), pytest.mark.asyncio(loop_scope="module")]
 LIFELINE_S = 5.0
 """The watcher sends SIGTERM at once; a loaded machine may take a moment to schedule it."""

@@ -11,10 +11,10 @@ import time
 from collections import Counter
 
 import pytest
+from daemon_rig import WAIT_S, Daemon, Script, bot_posts, mention, status_posts
 from fakes.anthropic_api import Reply, tool_use
 from fakes.slack_api import FakeSlack
 from test_e2e_outbox import owed, rig
-from test_e2e_slack import WAIT_S, Daemon, Script, bot_posts, mention, status_posts
 
 __all__ = ["rig"]  # the fixture, shared with test_e2e_outbox
 

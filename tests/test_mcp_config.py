@@ -104,9 +104,7 @@ def test_tool_names_avoid_names_already_taken() -> None:
     assert names["run"] != "mcp__ci__run" and API_NAME.fullmatch(names["run"])
 
 
-def test_the_settings_read_the_mcp_file_and_tool_modules_from_the_environment(
-    monkeypatch: pytest.MonkeyPatch, clean_env: None
-) -> None:
+def test_the_settings_read_the_mcp_file_and_tool_modules_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     from bot.config import load_settings
 
     monkeypatch.setenv("BOT_MCP_CONFIG", "/etc/threadbot/mcp.json")
