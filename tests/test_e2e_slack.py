@@ -309,6 +309,22 @@ async def test_the_log_says_who_and_where_in_words_and_ends_stopped(own: World) 
     assert re.search(r" INFO bot.slack.daemon: threadbot stopped \(\d+\.\ds after the signal\)$", lines[-1]), lines
 
 
+async def test_a_stop_ends_the_heartbeat_at_once_and_logs_no_traceback(own: World) -> None:
+    """A heartbeat decision in flight at SIGTERM is cut short quietly, and no tick starts after the signal."""
+    daemon, model = own.daemon, own.model
+    (daemon.data_dir / "HEARTBEAT.md").write_text("- check the build\n")
+    daemon.env |= {"BOT_HEARTBEAT_INTERVAL_S": "0.2", "BOT_HEARTBEAT_CHANNEL": "C1"}
+    never = asyncio.Event()
+    model.default = lambda request: Reply.text_only("skip", hold=never)
+    await daemon.start()
+    await daemon.connected()
+    await model.wait_for_requests(1, WAIT_S)
+    assert await daemon.stop() == 0
+    assert len(model.requests) == 1, "a tick started while the daemon was stopping"
+    log = daemon.log()
+    assert "Traceback" not in log and " ERROR " not in log, log
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

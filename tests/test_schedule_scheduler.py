@@ -256,6 +256,23 @@ async def test_a_job_raising_does_not_stop_later_jobs(make: Factory, caplog: pyt
     assert scheduler.next_run_time("bad-tick") is not None  # the interval job lives on
 
 
+async def test_a_tick_cut_short_by_stop_logs_no_error(make: Factory, caplog: pytest.LogCaptureFixture) -> None:
+    """A stop cancels a running tick (a heartbeat turn, say): that is the plan, not a failure to report."""
+    scheduler = make()
+    started = asyncio.Event()
+
+    async def long_tick() -> None:
+        started.set()
+        await asyncio.sleep(3600)
+
+    scheduler.every("long-tick", 0.05, long_tick)
+    await scheduler.start()
+    await asyncio.wait_for(started.wait(), 5)
+    await scheduler.stop(grace_s=0)
+    await asyncio.sleep(0)  # APScheduler's own task, which ran the tick, finishes here
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
 async def test_stop_is_idempotent_and_start_needs_no_rows(make: Factory) -> None:
     scheduler = make()
     assert await scheduler.start() == 0

@@ -274,7 +274,9 @@ class Scheduler:
         task = asyncio.ensure_future(_logged(job_id, tick()))
         self._ticks.add(task)
         task.add_done_callback(self._ticks.discard)
-        await task
+        # wait() rather than await: a tick that stop() cancels ends quietly, and APScheduler, which
+        # runs this, would log that cancellation as the job's failure.
+        await asyncio.wait({task})
 
     def _on_skipped(self, event: JobEvent) -> None:
         log.warning("job %s skipped a run: the previous one was still running, or it was missed", event.job_id)

@@ -167,6 +167,7 @@ async def _run(
             log.error("stopping at once: this replica lost its lease, and its threads are another's now")
         else:
             log.info("stopping: no new events; letting running work finish")
+        await core.scheduler.stop()  # no heartbeat, wait or reminder starts new work while the rest winds down
     if node is not None and node.lost.is_set():
         # Not 0: a supervisor (systemd's Restart=on-failure, compose's restart policy) starts a new replica.
         raise ThreadbotError("this replica lost its lease in the database and stopped; start it again")
