@@ -50,7 +50,10 @@ def render(rows: list[UsageRow], by: UsageGrouping, prices: dict[str, Price]) ->
         lines.append([row.group, row.model, str(row.calls), *_token_cells(row.usage), cost])
     calls = sum(row.calls for row in rows)
     lines.append(["total", "", str(calls), *_token_cells(total), f"${total_cost:,.4f}" + ("" if priced else " + ?")])
-    widths = [max(len(line[i]) for line in lines) for i in range(len(HEADERS))]
+    if by is UsageGrouping.MODEL:  # the group is the model: one column says it
+        lines = [line[1:] for line in lines]
+        lines[-1][0] = "total"
+    widths = [max(len(cell) for cell in column) for column in zip(*lines, strict=True)]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)) for line in lines)
 
 

@@ -108,6 +108,7 @@ async def test_the_usage_command_prints_the_books(tmp_path: Path, fake: FakeAnth
     code, out, err = await run_bot("usage", "--by", "model", env=env, cwd=tmp_path)
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0].split()[:2] == ["model", "model"] and lines[1].split()[:3] == [MODEL, MODEL, "1"]
+    assert lines[0].split()[:2] == ["model", "calls"] and lines[1].split()[:2] == [MODEL, "1"]
+    assert lines[-1].split()[:2] == ["total", "1"]
     code, out, _ = await run_bot("usage", "--since", "soon", env=env, cwd=tmp_path)
     assert code == 2 and "--since" in out
