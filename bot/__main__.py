@@ -20,6 +20,8 @@ from bot.logs import configure_logging
 from bot.variables import misspelt
 
 log = logging.getLogger("bot")
+QUIET = ("console", "oneshot")
+"""Commands whose stderr a person reads next to their answers: warnings and errors only."""
 
 SLACK_ONLY = frozenset(
     {
@@ -146,7 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"threadbot: configuration error: {exc}", file=sys.stderr)
         return 2
-    configure_logging(settings.bot_log_format)
+    # A chat or a one-shot answer is not a daemon's log: only what needs the user's attention.
+    configure_logging(settings.bot_log_format, level=logging.WARNING if args.command in QUIET else logging.INFO)
     for warning in misspelt(Settings.model_fields):
         log.warning("%s", warning)
     try:

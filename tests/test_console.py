@@ -66,6 +66,7 @@ async def test_console_through_a_pipe_chats_and_shows_tool_progress(fake: FakeAn
     assert "assistant: Counting." in out
     assert "✅ wordcount(text=one two three)" in out
     assert "assistant: 3 words." in out
+    assert " INFO " not in err, "a piped console shows warnings and errors only"
     assert fake.rejections == []
 
 
@@ -132,7 +133,7 @@ async def test_oneshot_without_wait_stops_at_the_first_wait_and_resumes(fake: Fa
 
 async def test_oneshot_wait_for_async_waits_for_background_calls(fake: FakeAnthropic, tmp_path: Path) -> None:
     fake.script(
-        Reply.tools(tool_use("sleep_for", {"seconds": 1}), tool_use("now", {})),
+        Reply.tools(tool_use("sleep_for", {"seconds": 1}), tool_use("now", {}), text="Sleeping."),
         Reply.text_only("Now is known; the sleep still runs."),
         Reply.text_only("The sleep finished."),
     )
@@ -142,6 +143,8 @@ async def test_oneshot_wait_for_async_waits_for_background_calls(fake: FakeAnthr
     report = json.loads(out)
     assert {c["name"]: c["status"] for c in report["tool_calls"]} == {"sleep_for": "completed", "now": "completed"}
     assert "The sleep finished." in report["text"]
+    assert "Sleeping.\nNow is known" in report["text"], "each model call's text on a line of its own"
+    assert " INFO " not in err, err
     assert "[background tool result] sleep_for" in "\n".join(user_texts(fake.requests[-1]))
     assert fake.rejections == []
 

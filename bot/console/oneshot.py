@@ -38,11 +38,14 @@ class CollectingOutput:
     files: list[str] = field(default_factory=list)
 
     def turn_started(self, session_key: str) -> None:
-        if self.text and not self.text[-1].endswith("\n"):
-            self.text.append("\n")
+        self._new_line()
 
     def model_call_started(self, session_key: str) -> None:
-        pass
+        self._new_line()  # one model call's text never runs into the next one's
+
+    def _new_line(self) -> None:
+        if self.text and not self.text[-1].endswith("\n"):
+            self.text.append("\n")
 
     def text_delta(self, session_key: str, delta: str) -> None:
         self.text.append(delta)
