@@ -5,9 +5,8 @@ ThreadbotError
 ├── StoreError         the database cannot be opened or migrated
 │   ├── DataDirBusy    another process holds the SQLite database's lock
 │   └── FencedError    this replica was declared dead: its writes are refused
-├── ModelError         the model request failed after the SDK's own retries
-│   └── ContextOverflow  the request no longer fits the model's context window
-└── ToolInputError     a tool was called with arguments it cannot use
+└── ModelError         the model request failed after the SDK's own retries
+    └── ContextOverflow  the request no longer fits the model's context window
 """
 
 from __future__ import annotations
@@ -39,7 +38,3 @@ class ModelError(ThreadbotError):
 
 class ContextOverflow(ModelError):
     """The API refused the request as too long: the turn compacts the history and tries once more."""
-
-
-class ToolInputError(ThreadbotError):
-    """Raised by a tool for arguments its schema allows but its meaning does not."""

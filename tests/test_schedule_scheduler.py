@@ -391,5 +391,4 @@ async def test_a_post_the_edge_fails_stays_owed_and_is_retried(make: Factory, st
     scheduler = make(out=exploding)
     rid = await add(scheduler, "boom", utcnow())
     await scheduler.fire(rid)
-    assert scheduler.posts_retrying == 1
     assert [(p.reminder_id, p.text) for p in await store.owed_reminder_posts()] == [(rid, "boom")]

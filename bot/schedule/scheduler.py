@@ -215,11 +215,6 @@ class Scheduler:
         """Deliver reminder posts a gone replica claimed and never saw confirmed."""
         self._poster.resume(posts)
 
-    @property
-    def posts_retrying(self) -> int:
-        """Reminder posts not confirmed yet and waiting for their next attempt."""
-        return self._poster.retrying
-
     def subscribe(self, listener: FireListener) -> None:
         """Be told of every firing (after the store was updated and the edge was handed the message)."""
         self._listeners.append(listener)
