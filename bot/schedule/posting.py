@@ -57,6 +57,11 @@ class ReminderPoster:
         for post in posts:
             self._retry_later(replace(post, recheck=True), attempt=0)
 
+    @property
+    def retrying(self) -> int:
+        """Posts waiting for their next attempt."""
+        return len(self._retries)
+
     async def stop(self) -> None:
         """Stop retrying; what is still owed stays in the store for the next start."""
         for task in self._retries:
