@@ -30,6 +30,7 @@ SLACK_ONLY = frozenset(
         "bot_heartbeat_channel",
         "bot_heartbeat_active_hours",
         "bot_metrics_port",
+        "bot_metrics_host",
         "bot_mention_only_channels",
         "bot_socket_ping_interval_s",
         "bot_socket_max_silence_s",

@@ -151,7 +151,7 @@ async def _run(
             metrics.gauge("socket_connected", "1 while the Socket Mode connection is up", lambda: socket.connected)
         if settings.bot_metrics_port is not None:
             health = daemon_health(lambda: ingress.accepting, socket)
-            runner = await _listen(metrics.web_app(health), settings.bot_metrics_port)
+            runner = await _listen(metrics.web_app(health), settings.bot_metrics_port, host=settings.bot_metrics_host)
             stack.push_async_callback(runner.cleanup)
         if handler is not None and socket is not None:
             await handler.connect_async()  # type: ignore[no-untyped-call]
@@ -291,14 +291,15 @@ def _token_counters(metrics: Metrics, core: Core) -> None:
         metrics.counter_family(name, f"{kind}, by model", "model", reader(part))
 
 
-async def _listen(app: web.Application, port: int) -> web.AppRunner:
+async def _listen(app: web.Application, port: int, *, host: str = "0.0.0.0") -> web.AppRunner:
+    """Serve `app` on `host:port`; the Events API listens everywhere (Slack must reach it), metrics where told."""
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=LISTENER_SHUTDOWN_S)
     await runner.setup()
     try:
-        await web.TCPSite(runner, "0.0.0.0", port).start()
+        await web.TCPSite(runner, host, port).start()
     except OSError as exc:
         await runner.cleanup()
-        raise ThreadbotError(f"cannot listen on port {port}: {exc.strerror or exc}") from exc
+        raise ThreadbotError(f"cannot listen on {host} port {port}: {exc.strerror or exc}") from exc
     return runner
 
 
