@@ -135,6 +135,7 @@ class Settings(BaseSettings):
     bot_timezone: str = "UTC"
     bot_enable_shell: bool = False
     bot_metrics_port: int | None = Field(None, gt=0, lt=65536)
+    bot_retention_days: int = Field(90, ge=0)  # 0 keeps sessions forever
     bot_metrics_host: str = "127.0.0.1"  # loopback: /metrics is for a scraper on this host unless told otherwise
     bot_socket_ping_interval_s: float = Field(10, gt=0)
     bot_socket_max_silence_s: float = Field(3600, ge=0)

@@ -49,6 +49,7 @@ class SqliteStore(Store):
             await db.execute("PRAGMA journal_mode=WAL")
             await db.execute("PRAGMA synchronous=NORMAL")
             await db.execute("PRAGMA foreign_keys=ON")
+            await db.execute("PRAGMA secure_delete=ON")  # a deleted row's bytes are overwritten, not left free
             await db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             await migrate(db)
             tighten(path)  # the -wal and -shm exist by now; an older install may have left them 0644
@@ -58,6 +59,11 @@ class SqliteStore(Store):
                 raise StoreError(f"cannot open database at {path}: {exc}") from exc
             raise
         return cls(db, path)
+
+    async def _scrub(self) -> None:
+        """Copy the WAL back into the file and empty it: until then a deleted text's old pages sit in `-wal`."""
+        async with self._lock:
+            await self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     async def close(self) -> None:
         async with self._lock:
