@@ -9,6 +9,7 @@ A cluster acks only after the durable effect (bolt's `process_before_response`),
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -166,6 +167,9 @@ class Ingress:
         self._metrics = metrics
         self.ack_after = ack_after
         self.tasks = TaskSet()
+        self.revoked = asyncio.Event()
+        """Set when Slack says the bot's tokens are gone (`tokens_revoked`, `app_uninstalled`): the daemon stops."""
+        self.revoked_by = ""
 
     @property
     def accepting(self) -> bool:
@@ -185,6 +189,19 @@ class Ingress:
     async def button(self, body: dict[str, Any]) -> None:
         self._metrics.inc("events_received_total")
         await self._handle(self._canceller.on_button(body), "slack-cancel-button")
+
+    def revoke(self, body: dict[str, Any]) -> None:
+        """Stop using Slack when the bot token is revoked or the app uninstalled; a revoked user token is no matter.
+
+        Every later call would fail with `token_revoked`, so there is nothing to wait for: the daemon stops."""
+        event = body.get("event") or {}
+        kind = str(event.get("type"))
+        if kind == "tokens_revoked" and not (event.get("tokens") or {}).get("bot"):
+            return
+        if not self.revoked.is_set():
+            self.revoked_by = kind
+            log.error("Slack sent %s: the bot token no longer works; threadbot stops using Slack and exits", kind)
+            self.revoked.set()
 
     async def _handle(self, work: Coroutine[Any, Any, None], name: str) -> None:
         if self.ack_after:
@@ -242,5 +259,11 @@ def build_app(settings: Settings, client: AsyncWebClient, ingress: Ingress, me: 
     app.event("app_mention")(on_message)
     app.event("message")(on_message)
     app.event("reaction_added")(on_reaction)
+
+    async def on_revoked(body: dict[str, Any]) -> None:
+        ingress.revoke(body)
+
+    app.event("tokens_revoked")(on_revoked)
+    app.event("app_uninstalled")(on_revoked)
     app.action(CANCEL_ACTION)(on_cancel_button)
     return app

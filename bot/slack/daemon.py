@@ -111,11 +111,13 @@ async def _run(
         async def flush_slack() -> None:
             """While the store is open: what is not delivered by then stays owed in it, for the next start.
             A replica that lost its lease sends nothing more: the thread is another replica's now."""
-            drain = 0.0 if node is not None and node.lost.is_set() else 1.0
+            lost = node is not None and node.lost.is_set()
+            drain = 0.0 if lost or (ingress is not None and ingress.revoked.is_set()) else 1.0
             await edge.close(EDGE_DRAIN_S * drain)
             await edits.close(EDITS_FLUSH_S * drain)
 
         node: ClusterNode | None = None
+        ingress: Ingress | None = None
         if settings.database_url is not None:
             from bot.cluster.node import ClusterNode  # procrastinate and psycopg: cluster mode only
 
@@ -162,11 +164,17 @@ async def _run(
             runner = await _listen(app.web_app(path=EVENTS_PATH, port=port), port)
             stack.push_async_callback(runner.cleanup)
             _log_start(settings, me, f"HTTP events on port {port} at {EVENTS_PATH}")
-        await _until_set(stopping, node.lost if node is not None else None)
+        await _until_set(stopping, ingress.revoked, node.lost if node is not None else None)
         if node is not None and node.lost.is_set():
             log.error("stopping at once: this replica lost its lease, and its threads are another's now")
-        else:
+        elif not ingress.revoked.is_set():  # a revocation was said once, when it came (Ingress.revoke)
             log.info("stopping: no new events; letting running work finish")
+    if ingress.revoked.is_set():
+        # Exit status 2, as for a bad configuration: a supervisor must not restart a daemon whose token is gone.
+        raise ConfigError(
+            f"SLACK_BOT_TOKEN: Slack sent {ingress.revoked_by}, the token no longer works; "
+            "reinstall the app and set its new tokens"
+        )
     if node is not None and node.lost.is_set():
         # Not 0: a supervisor (systemd's Restart=on-failure, compose's restart policy) starts a new replica.
         raise ThreadbotError("this replica lost its lease in the database and stopped; start it again")

@@ -39,7 +39,7 @@ import string
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
@@ -325,6 +325,20 @@ def _truthy(value: Any) -> bool:
 def new_event_id() -> str:
     """An ``Ev...`` id shaped like Slack's."""
     return "Ev" + "".join(secrets.choice(string.ascii_uppercase + string.digits) for _ in range(9))
+
+
+def tokens_revoked_event(*, bot: Sequence[str] = (), oauth: Sequence[str] = ()) -> JsonDict:
+    """`tokens_revoked` as Slack documents it: the user ids whose user (`oauth`) or `bot` tokens were revoked."""
+    return {"type": "tokens_revoked", "tokens": {"oauth": list(oauth), "bot": list(bot)}, "event_ts": _now_ts()}
+
+
+def app_uninstalled_event() -> JsonDict:
+    """`app_uninstalled`: the app was removed from the workspace, every token with it."""
+    return {"type": "app_uninstalled", "event_ts": _now_ts()}
+
+
+def _now_ts() -> str:
+    return f"{time.time():.6f}"
 
 
 def event_callback_body(
