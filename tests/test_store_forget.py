@@ -80,3 +80,16 @@ async def test_a_forgotten_text_leaves_the_sqlite_files_bytes(tmp_path: Path) ->
         assert SECRET.encode() not in db_bytes(db_path), "secure_delete and the checkpoint leave no copy"
     finally:
         await store.close()
+
+
+async def test_redact_text_replaces_a_deleted_message_everywhere_it_was_stored(any_store: Store) -> None:
+    store = any_store
+    key = "slack:T1:C1:1.0"
+    quoted = 'a "quoted"\nsecret'  # escaped in the stored JSON: still found
+    await store.claim_message(["event:1"], key, quoted, address={}, blocks=[{"type": "text", "text": quoted}])
+    await store.append_messages(key, [{"role": "user", "content": [{"type": "text", "text": f"U1 said: {quoted}"}]}])
+    await store.replace_messages(key, [{"role": "user", "content": quoted}, {"role": "assistant", "content": "ok"}])
+    assert await store.redact_text(key, quoted) == 3  # the message, its archived original, the inbox row
+    assert quoted not in str(await store.message_archive(key))
+    assert (await store.load_messages(key))[0]["content"] == "[a message deleted in Slack]"
+    assert await store.redact_text(key, "") == 0 and await store.redact_text("slack:none", quoted) == 0

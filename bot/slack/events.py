@@ -35,7 +35,7 @@ from bot.agent.protocol import text_block
 from bot.calls.models import utcnow
 from bot.config import Settings
 from bot.slack.files import TOO_SLOW, FileLimits, FileReader, unread
-from bot.slack.filters import Incoming, addressed, allowed, classify, may_cancel
+from bot.slack.filters import Incoming, addressed, allowed, classify, deleted_message, may_cancel
 from bot.slack.history import thread_context, with_context
 from bot.slack.metrics import Metrics
 from bot.slack.output import SlackEdge
@@ -104,12 +104,24 @@ class MessageRouter:
 
     async def handle(self, body: dict[str, Any]) -> None:
         """One `message` or `app_mention` event, start to finish."""
+        if (deleted := deleted_message(body, self._bot_user_id)) is not None:
+            await self._forget_text(*deleted)
+            return
         incoming = classify(body, self._bot_user_id)
         if incoming is None:
             self._metrics.inc("events_ignored_total")
             return
         async with self._locks.hold(incoming.key):
             await self._route(incoming, str(body.get("event_id") or ""))
+
+    async def _forget_text(self, key: str, text: str) -> None:
+        """A message deleted in Slack leaves the stored history, and so what the model sees from the next turn."""
+        session_key = await self._store.resolve(key)
+        if session_key is None:
+            self._metrics.inc("events_ignored_total")
+            return
+        changed = await self._store.redact_text(session_key, text)
+        log.info("a message deleted in Slack was removed from %d stored rows of %s", changed, session_key)
 
     async def _route(self, incoming: Incoming, event_id: str) -> None:
         session_key = await self._store.resolve(incoming.key)

@@ -1155,6 +1155,26 @@ class FakeSlack:
             text = f"<@{BOT_USER_ID}> {text}"
         return self._message_event("app_mention", self._store_user_message(channel, text, user, thread_ts, ts))
 
+    def message_deleted(self, channel: str, ts: str) -> JsonDict:
+        """A person deletes their message: it is marked deleted, and the ``message_deleted`` event Slack sends is
+        returned (``hidden``, ``deleted_ts``, and the message as it was in ``previous_message``)."""
+        message = self._messages[(channel, ts)]
+        previous = {"type": "message", "user": message.user, "text": message.text, "ts": message.ts}
+        if message.thread_ts:
+            previous["thread_ts"] = message.thread_ts
+        message.deleted = True
+        now = self._claim_ts(None)
+        return {
+            "type": "message",
+            "subtype": "message_deleted",
+            "hidden": True,
+            "channel": channel,
+            "ts": now,
+            "event_ts": now,
+            "deleted_ts": ts,
+            "previous_message": previous,
+        }
+
     def reaction_added(self, user: str, reaction: str, channel: str, ts: str) -> JsonDict:
         """A ``reaction_added`` event; the reaction is also recorded on the stored message if it exists."""
         message = self._messages.get((channel, ts))
