@@ -42,3 +42,31 @@ async def test_a_deleted_message_leaves_the_database_and_what_the_model_sees(own
     assert SECRET not in str(last["messages"]), "the model no longer sees it"
     assert "[a message deleted in Slack]" in str(last["messages"])
     assert SECRET.encode() not in db_bytes(daemon.data_dir)
+
+
+async def test_forget_by_the_starter_after_the_button_leaves_no_trace_and_strangers_are_refused(own: World) -> None:
+    slack, daemon = own.slack, own.daemon
+    daemon.env = {"BOT_ADMIN_USERS": "UADMIN"}
+    await daemon.start()
+    await daemon.connected()
+    own.script.add("keep this", Reply.text_only("Kept."))
+    root = await mention(slack, own.channel, f"keep this: {SECRET}")
+    await wait_text(slack, own.channel, root["ts"], "Kept.")
+    assert SECRET.encode() in db_bytes(daemon.data_dir)
+
+    await reply(slack, own.channel, root["ts"], "forget", user="USTRANGER")
+    await wait_text(slack, own.channel, root["ts"], "Only the person who started this thread")
+    await reply(slack, own.channel, root["ts"], "forget")
+    question = await wait_text(slack, own.channel, root["ts"], "Delete everything I stored")
+    assert question.blocks and question.blocks[-1]["elements"][0]["action_id"] == "forget_session"
+    value = question.blocks[-1]["elements"][0]["value"]
+
+    click = slack.block_action(own.channel, question.ts, "forget_session", value, user="USTRANGER")
+    await slack.wait_ack(await slack.send_interactive(click))
+    await slack.wait_for(lambda: any(e.user == "USTRANGER" for e in slack.ephemerals), 10, "the stranger's refusal")
+    assert SECRET.encode() in db_bytes(daemon.data_dir), "a stranger's click forgets nothing"
+
+    click = slack.block_action(own.channel, question.ts, "forget_session", value, user="U1")
+    await slack.wait_ack(await slack.send_interactive(click))
+    await slack.wait_for(lambda: question.text.startswith("Forgotten"), 10, "the confirmation edited to say so")
+    await slack.wait_for(lambda: SECRET.encode() not in db_bytes(daemon.data_dir), 10, "no trace in the files")

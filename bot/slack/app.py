@@ -32,6 +32,7 @@ from bot.errors import ConfigError, ThreadbotError
 from bot.slack import tokens
 from bot.slack.cancel import Canceller
 from bot.slack.events import MessageRouter
+from bot.slack.forget import FORGET_ACTION
 from bot.slack.metrics import Metrics
 from bot.slack.queues import TaskSet
 from bot.slack.render import CANCEL_ACTION
@@ -190,6 +191,10 @@ class Ingress:
         self._metrics.inc("events_received_total")
         await self._handle(self._canceller.on_button(body), "slack-cancel-button")
 
+    async def forget_button(self, body: dict[str, Any]) -> None:
+        self._metrics.inc("events_received_total")
+        await self._handle(self.router.forgetting.on_button(body), "slack-forget-button")
+
     def revoke(self, body: dict[str, Any]) -> None:
         """Stop using Slack when the bot token is revoked or the app uninstalled; a revoked user token is no matter.
 
@@ -266,4 +271,10 @@ def build_app(settings: Settings, client: AsyncWebClient, ingress: Ingress, me: 
     app.event("tokens_revoked")(on_revoked)
     app.event("app_uninstalled")(on_revoked)
     app.action(CANCEL_ACTION)(on_cancel_button)
+
+    async def on_forget_button(ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        await ingress.forget_button(body)
+
+    app.action(FORGET_ACTION)(on_forget_button)
     return app

@@ -49,6 +49,10 @@ class Incoming:
         return self.thread_ts != self.ts
 
     @property
+    def is_forget(self) -> bool:
+        return self.text.strip().strip(".!").lower() == "forget"
+
+    @property
     def is_stop(self) -> bool:
         return self.text.strip().strip(".!").lower() in STOP_WORDS
 
