@@ -27,11 +27,13 @@ SLACK_ONLY = frozenset(
     {
         "bot_allowed_users",
         "bot_allowed_channels",
+        "bot_admin_users",
         "bot_cancel_reactions",
         "bot_heartbeat_interval_s",
         "bot_heartbeat_channel",
         "bot_heartbeat_active_hours",
         "bot_metrics_port",
+        "bot_metrics_host",
         "bot_mention_only_channels",
         "bot_socket_ping_interval_s",
         "bot_socket_max_silence_s",

@@ -25,6 +25,7 @@ from bot.operator_tools import SourcedTool, load_entry_point_tools, load_module_
 from bot.slack import tokens
 from bot.slack.app import build_client, check_app_token, identify, slack_http_session
 from bot.store import SqliteStore
+from bot.store.modes import DIR_MODE, FILE_MODE, loose_modes
 from bot.types import ModelRequest
 from bot.variables import where_set
 from tools import builtin_tools
@@ -44,11 +45,13 @@ async def check_database(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S)
     _require_writable(folder)
     if settings.database_url is not None:
         return await _check_postgres(settings.database_url, timeout_s)
+    loose = loose_modes(settings.db_path)  # before the open, which tightens them
     try:
         async with asyncio.timeout(timeout_s):
             if settings.db_path.exists():
                 await (await SqliteStore.open(settings.db_path)).close()
-                return f"database {settings.db_path} opens and is migrated"
+                warnings = "".join(f"\n! {line}; made {DIR_MODE:o}/{FILE_MODE:o} now" for line in loose)
+                return f"database {settings.db_path} opens and is migrated{warnings}"
             with tempfile.TemporaryDirectory(prefix="threadbot-check-") as scratch:
                 await (await SqliteStore.open(Path(scratch) / "bot.db")).close()
     except StoreError as exc:

@@ -118,6 +118,7 @@ class Settings(BaseSettings):
     bot_database_url: SecretStr | None = None  # PostgreSQL: cluster mode; unset: SQLite in BOT_DATA_DIR
     bot_allowed_users: CommaList = ()
     bot_allowed_channels: CommaList = ()
+    bot_admin_users: CommaList = ()  # may make the bot forget any thread
     bot_cancel_reactions: CommaList = ("x", "octagonal_sign")
     bot_mention_only_channels: CommaList = ()  # channel ids, or `*`: replies there must mention the bot
     bot_yield_strategy: Annotated[YieldStrategy, NoDecode] = YieldStrategy(YieldMode.WHEN_ALL_DONE)
@@ -139,6 +140,8 @@ class Settings(BaseSettings):
     bot_timezone: str = "UTC"
     bot_enable_shell: bool = False
     bot_metrics_port: int | None = Field(None, gt=0, lt=65536)
+    bot_retention_days: int = Field(90, ge=0)  # 0 keeps sessions forever
+    bot_metrics_host: str = "127.0.0.1"  # loopback: /metrics is for a scraper on this host unless told otherwise
     bot_socket_ping_interval_s: float = Field(10, gt=0)
     bot_socket_max_silence_s: float = Field(3600, ge=0)
     bot_log_format: str = "text"
@@ -157,6 +160,7 @@ class Settings(BaseSettings):
     @field_validator(
         "bot_allowed_users",
         "bot_allowed_channels",
+        "bot_admin_users",
         "bot_cancel_reactions",
         "bot_mention_only_channels",
         "bot_tool_modules",

@@ -202,7 +202,28 @@ def test_compose_publishes_no_slack_port_in_socket_mode() -> None:
 def test_compose_http_variant_publishes_the_events_port() -> None:
     service = _compose("compose.http.yml")["services"]["threadbot"]
     assert service["command"] == ["run", "--port", "3000"]
-    assert service["ports"] == ["3000:3000"]
+    assert service["ports"] == ["127.0.0.1:3000:3000"], "the HTTPS proxy on this host reaches it; nothing else"
+
+
+def test_the_image_listens_for_metrics_inside_the_container_that_compose_publishes_on_loopback() -> None:
+    assert Settings.model_fields["bot_metrics_host"].default == "127.0.0.1", "a bare install keeps /metrics local"
+    assert env_of(dockerfile())["BOT_METRICS_HOST"] == "0.0.0.0", "else the published port reaches nothing"
+    services = [_compose("compose.yml")["services"]["threadbot"], *(_cluster()[name] for name in REPLICAS)]
+    for service in services:
+        assert all(port.startswith("127.0.0.1:") for port in service["ports"]), service["ports"]
+
+
+PASSWORD_FROM_ENV = "${POSTGRES_PASSWORD:?set POSTGRES_PASSWORD}"
+
+
+def test_cluster_compose_takes_the_database_password_from_the_environment() -> None:
+    text = (DEPLOY / "compose.cluster.yml").read_text()
+    services = _cluster()
+    assert services["postgres"]["environment"]["POSTGRES_PASSWORD"] == PASSWORD_FROM_ENV
+    for name in ("migrate", *REPLICAS):
+        url = services[name]["environment"]["BOT_DATABASE_URL"]
+        assert url == f"postgresql://threadbot:{PASSWORD_FROM_ENV}@postgres:5432/threadbot"
+    assert "threadbot@postgres" not in text and "POSTGRES_PASSWORD: threadbot" not in text, "no password in the file"
 
 
 def test_compose_waits_longer_than_the_worst_case_stop_and_limits_logs() -> None:
@@ -248,9 +269,11 @@ def test_cluster_replicas_point_at_the_postgres_service() -> None:
     for name in ("migrate", *REPLICAS):
         environment = services[name]["environment"]
         assert set(environment) <= {field.upper() for field in Settings.model_fields}, environment
-        url = urlsplit(environment["BOT_DATABASE_URL"])
+        # The password is compose's `${…}` interpolation, which urlsplit cannot read: put a stand-in for it.
+        url = urlsplit(environment["BOT_DATABASE_URL"].replace(PASSWORD_FROM_ENV, "secret"))
         assert (url.scheme, url.hostname, url.port) == ("postgresql", "postgres", 5432)
-        assert (url.username, url.password) == (database["POSTGRES_USER"], database["POSTGRES_PASSWORD"])
+        assert url.username == database["POSTGRES_USER"]
+        assert url.password == "secret" and database["POSTGRES_PASSWORD"] == PASSWORD_FROM_ENV
         assert url.path == f"/{database['POSTGRES_DB']}"
 
 

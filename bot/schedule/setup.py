@@ -13,6 +13,7 @@ from bot.config import Settings
 from bot.schedule.firing import Clock, Waker
 from bot.schedule.heartbeat import HEARTBEAT_SESSION_PREFIX, Heartbeat
 from bot.schedule.reminder_tools import reminder_tools
+from bot.schedule.retention import RETENTION_JOB_ID, RETENTION_SWEEP_S, Retention
 from bot.schedule.scheduler import Periodic, Scheduler
 from bot.schedule.wait_tools import wait_tools
 from bot.schedule.zones import Zones
@@ -58,6 +59,9 @@ def build_scheduler(
         return await store.prune_events(now() - SEEN_EVENTS_KEEP) + await store.prune_inbox(now() - SEEN_EVENTS_KEEP)
 
     scheduler.every(PRUNE_JOB_ID, PRUNE_INTERVAL_S, prune_seen_events)
+    if settings.bot_retention_days > 0:
+        retention = Retention(store, timedelta(days=settings.bot_retention_days), now, owns)
+        scheduler.every(RETENTION_JOB_ID, RETENTION_SWEEP_S, retention.sweep)
     zones = Zones(settings.zone, user_timezone)
     for item in (
         *wait_tools(scheduler, default_zone=settings.zone, max_wait_s=settings.bot_max_wait_s),

@@ -9,6 +9,7 @@ A cluster acks only after the durable effect (bolt's `process_before_response`),
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from bot.errors import ConfigError, ThreadbotError
 from bot.slack import tokens
 from bot.slack.cancel import Canceller
 from bot.slack.events import MessageRouter
+from bot.slack.forget import FORGET_ACTION
 from bot.slack.metrics import Metrics
 from bot.slack.queues import TaskSet
 from bot.slack.render import CANCEL_ACTION
@@ -166,6 +168,9 @@ class Ingress:
         self._metrics = metrics
         self.ack_after = ack_after
         self.tasks = TaskSet()
+        self.revoked = asyncio.Event()
+        """Set when Slack says the bot's tokens are gone (`tokens_revoked`, `app_uninstalled`): the daemon stops."""
+        self.revoked_by = ""
 
     @property
     def accepting(self) -> bool:
@@ -185,6 +190,23 @@ class Ingress:
     async def button(self, body: dict[str, Any]) -> None:
         self._metrics.inc("events_received_total")
         await self._handle(self._canceller.on_button(body), "slack-cancel-button")
+
+    async def forget_button(self, body: dict[str, Any]) -> None:
+        self._metrics.inc("events_received_total")
+        await self._handle(self.router.forgetting.on_button(body), "slack-forget-button")
+
+    def revoke(self, body: dict[str, Any]) -> None:
+        """Stop using Slack when the bot token is revoked or the app uninstalled; a revoked user token is no matter.
+
+        Every later call would fail with `token_revoked`, so there is nothing to wait for: the daemon stops."""
+        event = body.get("event") or {}
+        kind = str(event.get("type"))
+        if kind == "tokens_revoked" and not (event.get("tokens") or {}).get("bot"):
+            return
+        if not self.revoked.is_set():
+            self.revoked_by = kind
+            log.error("Slack sent %s: the bot token no longer works; threadbot stops using Slack and exits", kind)
+            self.revoked.set()
 
     async def _handle(self, work: Coroutine[Any, Any, None], name: str) -> None:
         if self.ack_after:
@@ -242,5 +264,17 @@ def build_app(settings: Settings, client: AsyncWebClient, ingress: Ingress, me: 
     app.event("app_mention")(on_message)
     app.event("message")(on_message)
     app.event("reaction_added")(on_reaction)
+
+    async def on_revoked(body: dict[str, Any]) -> None:
+        ingress.revoke(body)
+
+    app.event("tokens_revoked")(on_revoked)
+    app.event("app_uninstalled")(on_revoked)
     app.action(CANCEL_ACTION)(on_cancel_button)
+
+    async def on_forget_button(ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        await ingress.forget_button(body)
+
+    app.action(FORGET_ACTION)(on_forget_button)
     return app

@@ -111,11 +111,13 @@ async def _run(
         async def flush_slack() -> None:
             """While the store is open: what is not delivered by then stays owed in it, for the next start.
             A replica that lost its lease sends nothing more: the thread is another replica's now."""
-            drain = 0.0 if node is not None and node.lost.is_set() else 1.0
+            lost = node is not None and node.lost.is_set()
+            drain = 0.0 if lost or (ingress is not None and ingress.revoked.is_set()) else 1.0
             await edge.close(EDGE_DRAIN_S * drain)
             await edits.close(EDITS_FLUSH_S * drain)
 
         node: ClusterNode | None = None
+        ingress: Ingress | None = None
         if settings.database_url is not None:
             from bot.cluster.node import ClusterNode  # procrastinate and psycopg: cluster mode only
 
@@ -151,7 +153,7 @@ async def _run(
             metrics.gauge("socket_connected", "1 while the Socket Mode connection is up", lambda: socket.connected)
         if settings.bot_metrics_port is not None:
             health = daemon_health(lambda: ingress.accepting, socket)
-            runner = await _listen(metrics.web_app(health), settings.bot_metrics_port)
+            runner = await _listen(metrics.web_app(health), settings.bot_metrics_port, host=settings.bot_metrics_host)
             stack.push_async_callback(runner.cleanup)
         if handler is not None and socket is not None:
             await handler.connect_async()  # type: ignore[no-untyped-call]
@@ -162,12 +164,18 @@ async def _run(
             runner = await _listen(app.web_app(path=EVENTS_PATH, port=port), port)
             stack.push_async_callback(runner.cleanup)
             _log_start(settings, me, f"HTTP events on port {port} at {EVENTS_PATH}")
-        await _until_set(stopping, node.lost if node is not None else None)
+        await _until_set(stopping, ingress.revoked, node.lost if node is not None else None)
         if node is not None and node.lost.is_set():
             log.error("stopping at once: this replica lost its lease, and its threads are another's now")
-        else:
+        elif not ingress.revoked.is_set():  # a revocation was said once, when it came (Ingress.revoke)
             log.info("stopping: no new events; letting running work finish")
         await core.scheduler.stop()  # no heartbeat, wait or reminder starts new work while the rest winds down
+    if ingress.revoked.is_set():
+        # Exit status 2, as for a bad configuration: a supervisor must not restart a daemon whose token is gone.
+        raise ConfigError(
+            f"SLACK_BOT_TOKEN: Slack sent {ingress.revoked_by}, the token no longer works; "
+            "reinstall the app and set its new tokens"
+        )
     if node is not None and node.lost.is_set():
         # Not 0: a supervisor (systemd's Restart=on-failure, compose's restart policy) starts a new replica.
         raise ThreadbotError("this replica lost its lease in the database and stopped; start it again")
@@ -292,14 +300,15 @@ def _token_counters(metrics: Metrics, core: Core) -> None:
         metrics.counter_family(name, f"{kind}, by model", "model", reader(part))
 
 
-async def _listen(app: web.Application, port: int) -> web.AppRunner:
+async def _listen(app: web.Application, port: int, *, host: str = "0.0.0.0") -> web.AppRunner:
+    """Serve `app` on `host:port`; the Events API listens everywhere (Slack must reach it), metrics where told."""
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=LISTENER_SHUTDOWN_S)
     await runner.setup()
     try:
-        await web.TCPSite(runner, "0.0.0.0", port).start()
+        await web.TCPSite(runner, host, port).start()
     except OSError as exc:
         await runner.cleanup()
-        raise ThreadbotError(f"cannot listen on port {port}: {exc.strerror or exc}") from exc
+        raise ThreadbotError(f"cannot listen on {host} port {port}: {exc.strerror or exc}") from exc
     return runner
 
 

@@ -35,7 +35,8 @@ from bot.agent.protocol import text_block
 from bot.calls.models import utcnow
 from bot.config import Settings
 from bot.slack.files import TOO_SLOW, FileLimits, FileReader, unread
-from bot.slack.filters import Incoming, addressed, allowed, classify, may_cancel
+from bot.slack.filters import Incoming, addressed, allowed, classify, deleted_message, may_cancel
+from bot.slack.forget import Forgetting
 from bot.slack.history import thread_context, with_context
 from bot.slack.metrics import Metrics
 from bot.slack.output import SlackEdge
@@ -93,6 +94,7 @@ class MessageRouter:
         self._bot_user_id = bot_user_id
         self._metrics = metrics
         self._locks = KeyedLocks()
+        self.forgetting = Forgetting(client=client, store=store, engine=engine, admins=settings.bot_admin_users)
         self._files = FileReader(client, FileLimits.of(settings))
         self._reading = TaskSet()
         """A cluster's files being read after their message was claimed and acked."""
@@ -104,12 +106,24 @@ class MessageRouter:
 
     async def handle(self, body: dict[str, Any]) -> None:
         """One `message` or `app_mention` event, start to finish."""
+        if (deleted := deleted_message(body, self._bot_user_id)) is not None:
+            await self._forget_text(*deleted)
+            return
         incoming = classify(body, self._bot_user_id)
         if incoming is None:
             self._metrics.inc("events_ignored_total")
             return
         async with self._locks.hold(incoming.key):
             await self._route(incoming, str(body.get("event_id") or ""))
+
+    async def _forget_text(self, key: str, text: str) -> None:
+        """A message deleted in Slack leaves the stored history, and so what the model sees from the next turn."""
+        session_key = await self._store.resolve(key)
+        if session_key is None:
+            self._metrics.inc("events_ignored_total")
+            return
+        changed = await self._store.redact_text(session_key, text)
+        log.info("a message deleted in Slack was removed from %d stored rows of %s", changed, session_key)
 
     async def _route(self, incoming: Incoming, event_id: str) -> None:
         session_key = await self._store.resolve(incoming.key)
@@ -122,12 +136,15 @@ class MessageRouter:
         settings = self._settings
         users, channels = settings.bot_allowed_users, settings.bot_allowed_channels
         refused = not allowed(incoming.user, incoming.channel, users=users, channels=channels)
-        if refused or (session_key is not None and incoming.is_stop):
+        if refused or (session_key is not None and (incoming.is_stop or incoming.is_forget)):
             if not await self._store.claim_event(*keys):
                 self._metrics.inc("events_duplicate_total")
             elif refused:
                 self._metrics.inc("events_denied_total")
                 await self._deny(incoming)
+            elif incoming.is_forget:
+                assert session_key is not None
+                await self.forgetting.ask(session_key, incoming.user, incoming.channel, incoming.thread_ts)
             else:
                 assert session_key is not None
                 await self._stop(session_key, incoming)

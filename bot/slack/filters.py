@@ -49,6 +49,10 @@ class Incoming:
         return self.thread_ts != self.ts
 
     @property
+    def is_forget(self) -> bool:
+        return self.text.strip().strip(".!").lower() == "forget"
+
+    @property
     def is_stop(self) -> bool:
         return self.text.strip().strip(".!").lower() in STOP_WORDS
 
@@ -86,6 +90,22 @@ def classify(body: dict[str, Any], bot_user_id: str) -> Incoming | None:
         direct=channel_type == "im",
         files=tuple(item for item in event.get("files") or () if isinstance(item, dict)),
     )
+
+
+def deleted_message(body: dict[str, Any], bot_user_id: str) -> tuple[str, str] | None:
+    """(session key, text as it was stored) of a `message_deleted` event, or None for any other event.
+
+    Slack sends the deleted message as `previous_message`; its text is cleaned as `classify` cleaned it."""
+    event = body.get("event") or {}
+    if event.get("type") != "message" or event.get("subtype") != "message_deleted":
+        return None
+    previous = event.get("previous_message") or {}
+    channel, ts = event.get("channel"), previous.get("ts") or event.get("deleted_ts")
+    text = strip_mention(clean_text(str(previous.get("text") or "")), bot_user_id)
+    if not channel or not ts or not text:
+        return None
+    team = str(body.get("team_id") or event.get("team") or "")
+    return session_key(team, str(channel), str(previous.get("thread_ts") or ts)), text
 
 
 def addressed(incoming: Incoming, *, in_session: bool, mention_only_channels: tuple[str, ...]) -> bool:

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bot.errors import DataDirBusy, StoreError
+from bot.store.modes import FILE_MODE, private_dir
 
 LOCK_SUFFIX = ".lock"
 
@@ -34,8 +35,9 @@ def exclusive_database(db_path: Path) -> Iterator[None]:
     """Hold the lock of `db_path` for the `with` block; `DataDirBusy` if another process holds it."""
     path = lock_path(db_path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        private_dir(path.parent)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        os.fchmod(fd, FILE_MODE)
     except OSError as exc:
         raise StoreError(f"cannot open the lock file {path}: {exc.strerror or exc}") from exc
     try:

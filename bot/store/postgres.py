@@ -109,6 +109,10 @@ class PostgresStore(ClusterQueries, Store):
     async def close(self) -> None:
         await self._pool.close()
 
+    async def _scrub(self) -> None:
+        """Nothing to do here: PostgreSQL's autovacuum reclaims deleted rows' space on its own schedule
+        (VACUUM cannot run inside the store's transactions); the README says so."""
+
     @asynccontextmanager
     async def _read(self) -> AsyncIterator[Db]:
         async with self._pool.connection() as conn:

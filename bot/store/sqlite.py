@@ -19,6 +19,7 @@ import aiosqlite
 
 from bot.errors import StoreError
 from bot.store.db import Db, SqliteDb
+from bot.store.modes import private_dir, private_file, tighten
 from bot.store.schema import migrate
 from bot.store.store import Store
 
@@ -38,7 +39,8 @@ class SqliteStore(Store):
     async def open(cls, path: Path) -> SqliteStore:
         """Open (creating if needed) and migrate the database; StoreError if that cannot be done."""
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(path.parent)
+            private_file(path)
             db = await aiosqlite.connect(path, isolation_level=None)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open database at {path}: {exc}") from exc
@@ -47,14 +49,21 @@ class SqliteStore(Store):
             await db.execute("PRAGMA journal_mode=WAL")
             await db.execute("PRAGMA synchronous=NORMAL")
             await db.execute("PRAGMA foreign_keys=ON")
+            await db.execute("PRAGMA secure_delete=ON")  # a deleted row's bytes are overwritten, not left free
             await db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             await migrate(db)
+            tighten(path)  # the -wal and -shm exist by now; an older install may have left them 0644
         except BaseException as exc:
             await db.close()
             if isinstance(exc, sqlite3.Error | StoreError):
                 raise StoreError(f"cannot open database at {path}: {exc}") from exc
             raise
         return cls(db, path)
+
+    async def _scrub(self) -> None:
+        """Copy the WAL back into the file and empty it: until then a deleted text's old pages sit in `-wal`."""
+        async with self._lock:
+            await self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     async def close(self) -> None:
         async with self._lock:

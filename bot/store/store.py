@@ -24,6 +24,7 @@ from typing import Any
 from bot.calls.models import utcnow
 from bot.store.calls import CallQueries
 from bot.store.db import Db, Row
+from bot.store.forgetting import ForgetQueries
 from bot.store.inbox import InboxQueries, mark_answered, mark_stored
 from bot.store.outbox import OutboxQueries
 from bot.store.processes import ProcessQueries
@@ -60,6 +61,7 @@ class Store(
     InboxQueries,
     OutboxQueries,
     UsageQueries,
+    ForgetQueries,
     ABC,
 ):
     """Sessions, their messages and seen events; tool calls and their processes, reminders and their posts,

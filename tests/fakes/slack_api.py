@@ -39,7 +39,7 @@ import string
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
@@ -325,6 +325,20 @@ def _truthy(value: Any) -> bool:
 def new_event_id() -> str:
     """An ``Ev...`` id shaped like Slack's."""
     return "Ev" + "".join(secrets.choice(string.ascii_uppercase + string.digits) for _ in range(9))
+
+
+def tokens_revoked_event(*, bot: Sequence[str] = (), oauth: Sequence[str] = ()) -> JsonDict:
+    """`tokens_revoked` as Slack documents it: the user ids whose user (`oauth`) or `bot` tokens were revoked."""
+    return {"type": "tokens_revoked", "tokens": {"oauth": list(oauth), "bot": list(bot)}, "event_ts": _now_ts()}
+
+
+def app_uninstalled_event() -> JsonDict:
+    """`app_uninstalled`: the app was removed from the workspace, every token with it."""
+    return {"type": "app_uninstalled", "event_ts": _now_ts()}
+
+
+def _now_ts() -> str:
+    return f"{time.time():.6f}"
 
 
 def event_callback_body(
@@ -1140,6 +1154,26 @@ class FakeSlack:
         if f"<@{BOT_USER_ID}>" not in text:
             text = f"<@{BOT_USER_ID}> {text}"
         return self._message_event("app_mention", self._store_user_message(channel, text, user, thread_ts, ts))
+
+    def message_deleted(self, channel: str, ts: str) -> JsonDict:
+        """A person deletes their message: it is marked deleted, and the ``message_deleted`` event Slack sends is
+        returned (``hidden``, ``deleted_ts``, and the message as it was in ``previous_message``)."""
+        message = self._messages[(channel, ts)]
+        previous = {"type": "message", "user": message.user, "text": message.text, "ts": message.ts}
+        if message.thread_ts:
+            previous["thread_ts"] = message.thread_ts
+        message.deleted = True
+        now = self._claim_ts(None)
+        return {
+            "type": "message",
+            "subtype": "message_deleted",
+            "hidden": True,
+            "channel": channel,
+            "ts": now,
+            "event_ts": now,
+            "deleted_ts": ts,
+            "previous_message": previous,
+        }
 
     def reaction_added(self, user: str, reaction: str, channel: str, ts: str) -> JsonDict:
         """A ``reaction_added`` event; the reaction is also recorded on the stored message if it exists."""

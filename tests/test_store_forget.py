@@ -1,0 +1,95 @@
+"""Forgetting a session, once per back end, and retention's sweep with a controlled clock.
+
+On SQLite the forgotten text must leave the database's bytes too, the -wal included: `secure_delete`
+overwrites freed pages and the checkpoint empties the log."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from bot.calls.models import ToolCall, utcnow
+from bot.schedule.retention import Retention
+from bot.store import NewReminder, ReminderKind, SqliteStore, Store
+from bot.types import Usage
+
+SECRET = "the launch code is ZEBRA-7741"
+
+
+async def fill(store: Store, key: str) -> None:
+    """A session with its text in every place the store keeps text."""
+    await store.claim_message([f"event:{key}"], key, SECRET, address={"channel": "C1"}, requester="U1")
+    await store.append_messages(key, [{"role": "user", "content": SECRET}])
+    await store.replace_messages(key, [{"role": "user", "content": "summary"}])  # the original goes to the archive
+    call = ToolCall(id=f"toolu_{key[-1]}", session_key=key, turn_id="t1", tool_name="wordcount", input={"text": SECRET})
+    await store.save_call(call)
+    await store.owe_post(key, "C1", "1.0", SECRET)
+    await store.record_usage(session_key=key, turn_id="t1", model="m", usage=Usage(input_tokens=7), requester="U1")
+
+
+async def test_forget_deletes_every_row_holding_the_text_and_keeps_usage(any_store: Store) -> None:
+    store = any_store
+    await fill(store, "slack:T1:C1:1.0")
+    await fill(store, "slack:T1:C1:2.0")
+    await store.add_reminder(
+        NewReminder("slack:T1:C1:1.0", ReminderKind.REMINDER, SECRET, utcnow() + timedelta(days=1))
+    )
+    assert await store.forget_session("slack:T1:C1:1.0") is True
+    assert await store.get_session("slack:T1:C1:1.0") is None
+    assert await store.message_archive("slack:T1:C1:1.0") == []
+    assert await store.pending_reminders("slack:T1:C1:1.0") == []
+    assert [m.session_key for m in await store.owed_messages()] == ["slack:T1:C1:2.0"]
+    assert await store.message_archive("slack:T1:C1:2.0"), "the other session is untouched"
+    async with store._read() as db:
+        usage = await db.fetch("SELECT session_key, input_tokens FROM model_usage ORDER BY session_key")
+        calls = await db.fetch("SELECT session_key FROM tool_calls")
+        inbox = await db.fetch("SELECT session_key FROM inbox")
+    assert [tuple(row) for row in usage] == [("slack:T1:C1:1.0", 7), ("slack:T1:C1:2.0", 7)], "token totals stay"
+    assert [row[0] for row in calls] == [row[0] for row in inbox] == ["slack:T1:C1:2.0"]
+    assert await store.forget_session("slack:T1:C1:1.0") is False
+
+
+async def test_retention_forgets_only_sessions_idle_past_the_limit(any_store: Store) -> None:
+    store = any_store
+    await fill(store, "slack:T1:C1:1.0")
+    await fill(store, "slack:T1:C1:2.0")
+    await store.add_reminder(NewReminder("slack:T1:C1:2.0", ReminderKind.WAKE, "check", utcnow() + timedelta(days=400)))
+    await fill(store, "console:1")
+    now: list[datetime] = [utcnow()]
+    retention = Retention(store, timedelta(days=90), lambda: now[0], owns=lambda key: key.startswith("slack:"))
+    assert await retention.sweep() == [], "nothing is 90 days old yet"
+    now[0] += timedelta(days=91)
+    assert await retention.sweep() == ["slack:T1:C1:1.0"], "a pending wait keeps its session; console is not ours"
+    assert await store.get_session("slack:T1:C1:1.0") is None
+    assert await store.get_session("slack:T1:C1:2.0") is not None and await store.get_session("console:1")
+
+
+def db_bytes(db_path: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in db_path.parent.iterdir() if p.name.startswith(db_path.name))
+
+
+async def test_a_forgotten_text_leaves_the_sqlite_files_bytes(tmp_path: Path) -> None:
+    db_path = tmp_path / "bot.db"
+    store = await SqliteStore.open(db_path)
+    try:
+        await fill(store, "slack:T1:C1:1.0")
+        await fill(store, "slack:T1:C1:2.0")
+        assert SECRET.encode() in db_bytes(db_path)
+        await store.forget_session("slack:T1:C1:1.0")
+        await store.forget_session("slack:T1:C1:2.0")
+        assert SECRET.encode() not in db_bytes(db_path), "secure_delete and the checkpoint leave no copy"
+    finally:
+        await store.close()
+
+
+async def test_redact_text_replaces_a_deleted_message_everywhere_it_was_stored(any_store: Store) -> None:
+    store = any_store
+    key = "slack:T1:C1:1.0"
+    quoted = 'a "quoted"\nsecret'  # escaped in the stored JSON: still found
+    await store.claim_message(["event:1"], key, quoted, address={}, blocks=[{"type": "text", "text": quoted}])
+    await store.append_messages(key, [{"role": "user", "content": [{"type": "text", "text": f"U1 said: {quoted}"}]}])
+    await store.replace_messages(key, [{"role": "user", "content": quoted}, {"role": "assistant", "content": "ok"}])
+    assert await store.redact_text(key, quoted) == 3  # the message, its archived original, the inbox row
+    assert quoted not in str(await store.message_archive(key))
+    assert (await store.load_messages(key))[0]["content"] == "[a message deleted in Slack]"
+    assert await store.redact_text(key, "") == 0 and await store.redact_text("slack:none", quoted) == 0
