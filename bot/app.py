@@ -97,9 +97,7 @@ def anthropic_provider(
 
 def fixed_tools(settings: Settings, registry: CallRegistry, operator: list[SourcedTool]) -> list[Tool]:
     """Built-in, system and operator tools; a name declared twice stops the start, naming both origins."""
-    builtin = [
-        SourcedTool(item, "the built-in tools") for item in builtin_tools(enable_shell=settings.bot_enable_shell)
-    ]
+    builtin = [SourcedTool(item, "the built-in tools") for item in builtin_tools(shell=settings.shell)]
     system = [
         SourcedTool(item, "the system tools")
         for item in system_tools(registry, wait_max_s=settings.bot_status_wait_max_s)

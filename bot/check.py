@@ -142,9 +142,7 @@ async def check_model(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) ->
 async def check_tools(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) -> str:
     """The operator's tools load and clash with no other tool, as `run` will insist at its start."""
     operator = [*load_module_tools(settings.bot_tool_modules), *load_entry_point_tools()]
-    builtin = [
-        SourcedTool(item, "the built-in tools") for item in builtin_tools(enable_shell=settings.bot_enable_shell)
-    ]
+    builtin = [SourcedTool(item, "the built-in tools") for item in builtin_tools(shell=settings.shell)]
     unique_tools([*builtin, *operator])  # ConfigError naming both origins of a clash
     if not operator:
         return "no operator tools (BOT_TOOL_MODULES is empty and no package declares threadbot.tools)"
