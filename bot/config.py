@@ -8,6 +8,7 @@ hours) and turning a validation failure into one line that names the variable.
 from __future__ import annotations
 
 import re
+import shutil
 from dataclasses import dataclass
 from datetime import time
 from enum import StrEnum
@@ -174,6 +175,14 @@ class Settings(BaseSettings):
         for name in value:
             if (reason := secret_name_reason(name)) is not None:
                 raise ValueError(f"{reason}; it is never passed to run_command")
+        return value
+
+    @field_validator("bot_shell_sandbox")
+    @classmethod
+    def _sandbox_installed(cls, value: Sandbox, info: ValidationInfo) -> Sandbox:
+        """Without bwrap the shell would run unfenced; only an explicit `none` may choose that."""
+        if value is Sandbox.BWRAP and info.data.get("bot_enable_shell") and shutil.which("bwrap") is None:
+            raise ValueError("bwrap not found; install the Debian package bubblewrap, or set BOT_SHELL_SANDBOX=none")
         return value
 
     @field_validator("bot_yield_strategy", mode="before")
