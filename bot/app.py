@@ -38,6 +38,7 @@ from bot.store.lock import exclusive_database
 from bot.types import EngineOutput, Provider, SessionFilter, TimezoneLookup
 from tools import builtin_tools
 from tools.base import Tool
+from tools.sandbox import Sandbox
 
 if TYPE_CHECKING:
     from bot.cluster.node import ClusterNode
@@ -131,6 +132,11 @@ async def open_core(
     cluster's thread jobs, it orphans only dead replicas' calls, and at exit it hands the
     threads it cut short to the others.
     """
+    if settings.shell is not None and settings.shell.sandbox is Sandbox.NONE:
+        log.warning(
+            "BOT_SHELL_SANDBOX=none: run_command sees every file the daemon can (bot.db included); only its "
+            "environment is scrubbed. Keep it for a container that is itself the boundary"
+        )
     # Loaded first: a broken operator module or MCP file stops the start before anything opens.
     operator = [*load_module_tools(settings.bot_tool_modules), *load_entry_point_tools()]
     mcp_servers = load_mcp_config(settings.bot_mcp_config) if settings.bot_mcp_config else []

@@ -117,3 +117,13 @@ async def test_a_killed_daemon_leaves_no_sandboxed_command_running(own: World) -
     own.daemon.process.kill()  # SIGKILL: only the lifeline (and bwrap's --die-with-parent) can end them
     await own.daemon.process.wait()
     await own.slack.wait_for(lambda: not _marked_sleeps(), WAIT_S + REAP_WAIT_S, "the sleeps gone")
+
+
+async def test_no_sandbox_still_scrubs_the_environment_and_warns_at_start(own: World) -> None:
+    own.daemon.env.update(SECRETS, BOT_ENABLE_SHELL="1", BOT_SHELL_SANDBOX="none")
+    await own.daemon.start()
+    await own.daemon.connected()
+    assert "BOT_SHELL_SANDBOX=none: run_command sees every file the daemon can" in own.daemon.log()
+    [env] = await _probe(own, "red team none", ["env"])
+    for value in SECRETS.values():
+        assert value not in env, (value, env)
