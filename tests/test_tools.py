@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 from proc_groups import ECHO_PGID, assert_group_gone, group_exists
+from proc_groups import UNFENCED_SHELL as run_command
 
 from tools import builtin_tools
 from tools.base import Tool, ToolContext, ToolError, tool
 from tools.now import now
-from tools.run_command import run_command
 from tools.sandbox import ShellPolicy, session_dir
 from tools.sleep_for import sleep_for
 from tools.wordcount import wordcount

@@ -26,7 +26,7 @@ import signal
 from typing import Any
 
 from tools.base import Tool, ToolContext, ToolError, ToolKind, tool
-from tools.sandbox import Sandbox, ShellPolicy, environment, session_dir, wrap
+from tools.sandbox import ShellPolicy, environment, session_dir, wrap
 
 KILL_GRACE_S = 2.0
 OUTPUT_KEEP_CHARS = 16_000
@@ -145,8 +145,3 @@ async def _terminate_group(process: asyncio.subprocess.Process) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
     await process.wait()
-
-
-run_command = shell_tool(ShellPolicy(sandbox=Sandbox.NONE))
-"""Unsandboxed but scrubbed, for scripts and tests that watch the process group from outside (a sandbox
-has its own pid namespace, where the group's id reads differently); the daemon builds its own from settings."""
