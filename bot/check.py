@@ -28,6 +28,7 @@ from bot.store import SqliteStore
 from bot.types import ModelRequest
 from bot.variables import where_set
 from tools import builtin_tools
+from tools.sandbox import Sandbox, sandbox_problem
 
 PROBE_TIMEOUT_S = 30.0
 MODEL_CONNECT_TIMEOUT_S = 10.0
@@ -149,11 +150,35 @@ async def check_tools(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) ->
     return f"operator tools load: {', '.join(item.tool.name for item in operator)}"
 
 
+async def check_shell(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) -> str:
+    """With the shell on, one empty command in the sandbox `run_command` will use, in a scratch work dir."""
+    shell = settings.shell
+    if shell is None:
+        return "the shell is off (BOT_ENABLE_SHELL)"
+    if shell.sandbox is Sandbox.NONE:
+        return "the shell runs unsandboxed (BOT_SHELL_SANDBOX=none): commands see the daemon's files"
+    with tempfile.TemporaryDirectory(prefix="threadbot-check-") as scratch:
+        try:
+            async with asyncio.timeout(timeout_s):
+                problem = await sandbox_problem(shell, Path(scratch))
+        except TimeoutError:
+            problem = f"no answer within {timeout_s:g}s"
+    if problem is not None:
+        raise ThreadbotError(
+            f"BOT_SHELL_SANDBOX: bwrap cannot build the sandbox here ({problem}); it needs user namespaces "
+            "(see the README's \"The shell's sandbox\"), or set BOT_SHELL_SANDBOX=none where a container "
+            "is the boundary"
+        )
+    network = "on" if shell.network else "off"
+    return f"the shell runs under bwrap (network {network}, BOT_SHELL_NETWORK)"
+
+
 CHECKS: dict[str, Check] = {
     "database": check_database,
     "slack": check_slack,
     "model": check_model,
     "tools": check_tools,
+    "shell": check_shell,
     "mcp": check_mcp,
 }
 

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 from proc_groups import assert_group_gone, live_members
 
+from bot.check import check_shell
 from bot.config import load_settings
-from bot.errors import ConfigError
+from bot.errors import ConfigError, ThreadbotError
 from tools.base import ToolContext, ToolError
 from tools.run_command import shell_tool
 from tools.sandbox import Limits, ShellPolicy, environment
@@ -113,3 +114,22 @@ def test_only_listed_names_pass_and_never_a_secret() -> None:
 def test_a_secret_name_in_bot_shell_env_stops_the_start(name: str) -> None:
     with pytest.raises(ConfigError, match=rf"^BOT_SHELL_ENV: {name} .*never passed to run_command"):
         load_settings(_env_file=None, bot_shell_env=f"HTTP_PROXY,{name}")
+
+
+async def test_check_runs_one_command_in_the_sandbox(tmp_path: Path) -> None:
+    settings = load_settings(_env_file=None, bot_enable_shell=True, bot_data_dir=tmp_path)
+    assert await check_shell(settings) == "the shell runs under bwrap (network off, BOT_SHELL_NETWORK)"
+
+
+async def test_check_says_when_bwrap_cannot_build_its_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As in a container whose seccomp profile refuses user namespaces: bwrap is there, and fails."""
+    fake = tmp_path / "bin" / "bwrap"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create a new namespace' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+    settings = load_settings(_env_file=None, bot_enable_shell=True, bot_data_dir=tmp_path)
+    with pytest.raises(
+        ThreadbotError, match=r"^BOT_SHELL_SANDBOX: bwrap cannot build the sandbox here \(bwrap: No perm"
+    ):
+        await check_shell(settings)

@@ -14,6 +14,7 @@ command inherits them; a `preexec_fn` would do the same but is unsafe in a proce
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import re
@@ -94,6 +95,28 @@ def environment(policy: ShellPolicy, home: str, source: Mapping[str, str] = os.e
             env[name] = source[name]
     env["HOME"] = home
     return env
+
+
+async def sandbox_problem(policy: ShellPolicy, work_dir: Path) -> str | None:
+    """Why a command cannot run as `policy` says on this host (bwrap's own last words), or None when it can;
+    `work_dir` must exist.
+
+    bwrap present is not bwrap working: a container's seccomp profile or a unit's RestrictNamespaces=
+    refuses the namespaces it needs, and then every command would fail, each with the same puzzle."""
+    argv, cwd, home = wrap(policy, ["/bin/sh", "-c", "exit 0"], work_dir)
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        cwd=cwd,
+        env=environment(policy, home),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await process.communicate()
+    if process.returncode == 0:
+        return None
+    lines = err.decode(errors="replace").strip().splitlines()
+    return lines[-1] if lines else f"exit status {process.returncode}"
 
 
 def wrap(policy: ShellPolicy, argv: list[str], work_dir: Path) -> tuple[list[str], Path | None, str]:
