@@ -241,7 +241,8 @@ async def test_run_command_sees_none_of_the_daemons_environment(
     names = {line.partition("=")[0] for line in result["output"].splitlines()}
     assert "sekrit-value" not in result["output"]
     assert names <= {"PATH", "HOME", "LANG", "TZ", "TERM", "PWD", "SHLVL", "_", "OLDPWD"}
-    assert f"HOME={tmp_path / 'work'}" in result["output"] and "TZ=Europe/Paris" in result["output"]
+    home = session_dir(tmp_path / "work", "test:session")
+    assert f"HOME={home}\n" in result["output"] and "TZ=Europe/Paris" in result["output"]
 
 
 async def test_run_command_in_bwrap_sees_only_its_session_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
