@@ -21,7 +21,7 @@ from bot.config import load_settings
 from bot.errors import ConfigError, ThreadbotError
 from tools.base import ToolContext, ToolError
 from tools.run_command import shell_tool
-from tools.sandbox import Limits, ShellPolicy, environment
+from tools.sandbox import Limits, ShellPolicy, environment, resolver_binds
 
 pytestmark = pytest.mark.usefixtures("clean_env")
 
@@ -133,3 +133,12 @@ async def test_check_says_when_bwrap_cannot_build_its_sandbox(tmp_path: Path, mo
         ThreadbotError, match=r"^BOT_SHELL_SANDBOX: bwrap cannot build the sandbox here \(bwrap: No perm"
     ):
         await check_shell(settings)
+
+
+def test_a_resolv_conf_linked_into_run_has_its_folder_bound(tmp_path: Path) -> None:
+    folder = tmp_path / "run" / "resolve"
+    folder.mkdir(parents=True)
+    (folder / "stub-resolv.conf").write_text("nameserver 127.0.0.53\n")
+    (tmp_path / "resolv.conf").symlink_to(folder / "stub-resolv.conf")
+    assert resolver_binds(str(tmp_path / "resolv.conf")) == ["--ro-bind", str(folder), str(folder)]
+    assert resolver_binds(str(folder / "stub-resolv.conf")) == []  # a plain file is in /etc already

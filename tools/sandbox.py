@@ -97,6 +97,17 @@ def environment(policy: ShellPolicy, home: str, source: Mapping[str, str] = os.e
     return env
 
 
+def resolver_binds(resolv_conf: str = "/etc/resolv.conf") -> list[str]:
+    """Name resolution for a command with network: `/etc/resolv.conf` is often a symlink into /run
+    (systemd-resolved, NetworkManager), which is not bound; its folder is, read-only, and nothing else of /run."""
+    if not os.path.islink(resolv_conf):
+        return []
+    folder = os.path.dirname(os.path.realpath(resolv_conf))
+    if not os.path.isdir(folder) or folder.startswith(tuple(d + "/" for d in SYSTEM_DIRS)):
+        return []
+    return ["--ro-bind", folder, folder]
+
+
 async def sandbox_problem(policy: ShellPolicy, work_dir: Path) -> str | None:
     """Why a command cannot run as `policy` says on this host (bwrap's own last words), or None when it can;
     `work_dir` must exist.
@@ -134,6 +145,8 @@ def wrap(policy: ShellPolicy, argv: list[str], work_dir: Path) -> tuple[list[str
             fence += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             fence += ["--ro-bind", path, path]
+    if policy.network:
+        fence += resolver_binds()
     fence += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     fence += ["--bind", str(work_dir), SANDBOX_WORK_DIR, "--chdir", SANDBOX_WORK_DIR, "--"]
     return [*limited, *fence, *argv], None, SANDBOX_WORK_DIR
