@@ -38,6 +38,7 @@ from bot.store.lock import exclusive_database
 from bot.types import EngineOutput, Provider, SessionFilter, TimezoneLookup
 from tools import builtin_tools
 from tools.base import Tool
+from tools.sandbox import Sandbox
 
 if TYPE_CHECKING:
     from bot.cluster.node import ClusterNode
@@ -97,9 +98,7 @@ def anthropic_provider(
 
 def fixed_tools(settings: Settings, registry: CallRegistry, operator: list[SourcedTool]) -> list[Tool]:
     """Built-in, system and operator tools; a name declared twice stops the start, naming both origins."""
-    builtin = [
-        SourcedTool(item, "the built-in tools") for item in builtin_tools(enable_shell=settings.bot_enable_shell)
-    ]
+    builtin = [SourcedTool(item, "the built-in tools") for item in builtin_tools(shell=settings.shell)]
     system = [
         SourcedTool(item, "the system tools")
         for item in system_tools(registry, wait_max_s=settings.bot_status_wait_max_s)
@@ -135,6 +134,11 @@ async def open_core(
     cluster's thread jobs, it orphans only dead replicas' calls, and at exit it hands the
     threads it cut short to the others.
     """
+    if settings.shell is not None and settings.shell.sandbox is Sandbox.NONE:
+        log.warning(
+            "BOT_SHELL_SANDBOX=none: run_command sees every file the daemon can (bot.db included); only its "
+            "environment is scrubbed. Keep it for a container that is itself the boundary"
+        )
     # Loaded first: a broken operator module or MCP file stops the start before anything opens.
     operator = [*load_module_tools(settings.bot_tool_modules), *load_entry_point_tools()]
     mcp_servers = load_mcp_config(settings.bot_mcp_config) if settings.bot_mcp_config else []

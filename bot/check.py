@@ -29,6 +29,7 @@ from bot.store.modes import DIR_MODE, FILE_MODE, loose_modes
 from bot.types import ModelRequest
 from bot.variables import where_set
 from tools import builtin_tools
+from tools.sandbox import Sandbox, sandbox_problem
 
 PROBE_TIMEOUT_S = 30.0
 MODEL_CONNECT_TIMEOUT_S = 10.0
@@ -145,13 +146,34 @@ async def check_model(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) ->
 async def check_tools(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) -> str:
     """The operator's tools load and clash with no other tool, as `run` will insist at its start."""
     operator = [*load_module_tools(settings.bot_tool_modules), *load_entry_point_tools()]
-    builtin = [
-        SourcedTool(item, "the built-in tools") for item in builtin_tools(enable_shell=settings.bot_enable_shell)
-    ]
+    builtin = [SourcedTool(item, "the built-in tools") for item in builtin_tools(shell=settings.shell)]
     unique_tools([*builtin, *operator])  # ConfigError naming both origins of a clash
     if not operator:
         return "no operator tools (BOT_TOOL_MODULES is empty and no package declares threadbot.tools)"
     return f"operator tools load: {', '.join(item.tool.name for item in operator)}"
+
+
+async def check_shell(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) -> str:
+    """With the shell on, one empty command in the sandbox `run_command` will use, in a scratch work dir."""
+    shell = settings.shell
+    if shell is None:
+        return "the shell is off (BOT_ENABLE_SHELL)"
+    if shell.sandbox is Sandbox.NONE:
+        return "the shell runs unsandboxed (BOT_SHELL_SANDBOX=none): commands see the daemon's files"
+    with tempfile.TemporaryDirectory(prefix="threadbot-check-") as scratch:
+        try:
+            async with asyncio.timeout(timeout_s):
+                problem = await sandbox_problem(shell, Path(scratch))
+        except TimeoutError:
+            problem = f"no answer within {timeout_s:g}s"
+    if problem is not None:
+        raise ThreadbotError(
+            f"BOT_SHELL_SANDBOX: bwrap cannot build the sandbox here ({problem}); it needs user namespaces "
+            "(see the README's \"The shell's sandbox\"), or set BOT_SHELL_SANDBOX=none where a container "
+            "is the boundary"
+        )
+    network = "on" if shell.network else "off"
+    return f"the shell runs under bwrap (network {network}, BOT_SHELL_NETWORK)"
 
 
 CHECKS: dict[str, Check] = {
@@ -159,6 +181,7 @@ CHECKS: dict[str, Check] = {
     "slack": check_slack,
     "model": check_model,
     "tools": check_tools,
+    "shell": check_shell,
     "mcp": check_mcp,
 }
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import shutil
 from dataclasses import dataclass
 from datetime import time
 from enum import StrEnum
@@ -22,6 +23,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from bot.errors import ConfigError
 from bot.model.prices import DEFAULT_PRICES, Price
+from tools.sandbox import Sandbox, ShellPolicy, secret_name_reason
 
 
 class YieldMode(StrEnum):
@@ -139,6 +141,9 @@ class Settings(BaseSettings):
     bot_heartbeat_active_hours: Annotated[ActiveHours | None, NoDecode] = None
     bot_timezone: str = "UTC"
     bot_enable_shell: bool = False
+    bot_shell_env: CommaList = ()  # names of the daemon's variables a command may see besides the basics
+    bot_shell_sandbox: Sandbox = Sandbox.BWRAP
+    bot_shell_network: bool = False
     bot_metrics_port: int | None = Field(None, gt=0, lt=65536)
     bot_retention_days: int = Field(90, ge=0)  # 0 keeps sessions forever
     bot_metrics_host: str = "127.0.0.1"  # loopback: /metrics is for a scraper on this host unless told otherwise
@@ -164,11 +169,29 @@ class Settings(BaseSettings):
         "bot_cancel_reactions",
         "bot_mention_only_channels",
         "bot_tool_modules",
+        "bot_shell_env",
         mode="before",
     )
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         return _split_commas(value)
+
+    @field_validator("bot_shell_env")
+    @classmethod
+    def _no_secret_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        """Refused at the start rather than silently dropped: the operator learns the list does not do that."""
+        for name in value:
+            if (reason := secret_name_reason(name)) is not None:
+                raise ValueError(f"{reason}; it is never passed to run_command")
+        return value
+
+    @field_validator("bot_shell_sandbox")
+    @classmethod
+    def _sandbox_installed(cls, value: Sandbox, info: ValidationInfo) -> Sandbox:
+        """Without bwrap the shell would run unfenced; only an explicit `none` may choose that."""
+        if value is Sandbox.BWRAP and info.data.get("bot_enable_shell") and shutil.which("bwrap") is None:
+            raise ValueError("bwrap not found; install the Debian package bubblewrap, or set BOT_SHELL_SANDBOX=none")
+        return value
 
     @field_validator("bot_yield_strategy", mode="before")
     @classmethod
@@ -266,6 +289,13 @@ class Settings(BaseSettings):
     def database_url(self) -> str | None:
         """The PostgreSQL DSN in cluster mode, None in SQLite mode."""
         return self.bot_database_url.get_secret_value() if self.bot_database_url is not None else None
+
+    @property
+    def shell(self) -> ShellPolicy | None:
+        """How `run_command` is fenced; None when the shell is off."""
+        if not self.bot_enable_shell:
+            return None
+        return ShellPolicy(sandbox=self.bot_shell_sandbox, network=self.bot_shell_network, env_names=self.bot_shell_env)
 
     @property
     def heartbeat_enabled(self) -> bool:

@@ -12,8 +12,14 @@ import os
 import time
 from pathlib import Path
 
+from tools.run_command import shell_tool
+from tools.sandbox import Sandbox, ShellPolicy
+
 ECHO_PGID = "echo pgid $(cut -d' ' -f5 /proc/$$/stat)"
 """Shell that prints its process group: run_command's shell is not the group's leader (its supervisor is)."""
+UNFENCED_SHELL = shell_tool(ShellPolicy(sandbox=Sandbox.NONE))
+"""`run_command` outside bwrap (environment still scrubbed): a sandbox has its own pid namespace, where
+the group id a command prints means nothing out here. tests/test_sandbox.py runs it fenced."""
 REAP_WAIT_S = 5.0
 """Some inits (a container's PID 1) reap orphans only every couple of seconds."""
 

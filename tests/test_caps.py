@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 from conftest import CoreFactory, RecordingOutput
+from proc_groups import UNFENCED_SHELL as run_command
 
 from bot.app import Core
 from bot.calls.models import CallStatus, ToolCall
 from tools.base import Tool, ToolContext, ToolKind, tool
-from tools.run_command import run_command
 from tools.sleep_for import sleep_for
 
 KEY = "test:caps"

@@ -87,3 +87,16 @@ def test_each_command_help_says_what_it_does_and_what_it_reads(
     names = set(re.findall(r"[A-Z][A-Z0-9_]+", listed))
     assert set(reads) <= names and not set(ignores) & names
     assert {name.upper() for name in Settings.model_fields} - names <= SLACK_ONLY_UPPER
+
+
+@pytest.mark.parametrize("command", ["run", "check"])
+async def test_the_shell_without_bwrap_stops_run_and_check_with_one_line(tmp_path: Path, command: str) -> None:
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    env = bare_env(PATH=str(empty), BOT_ENABLE_SHELL="1", BOT_DATA_DIR=str(tmp_path / "data"))
+    code, out, err = await run_bot(command, env=env, cwd=tmp_path)
+    assert code == 2, out + err
+    assert err.strip().splitlines() == [
+        "threadbot: configuration error: BOT_SHELL_SANDBOX: bwrap not found; install the Debian package "
+        "bubblewrap, or set BOT_SHELL_SANDBOX=none"
+    ]

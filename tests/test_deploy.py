@@ -131,6 +131,10 @@ def test_runs_as_a_fixed_numeric_uid_under_an_init() -> None:
     assert any("install" in args and "tini" in args for instruction, args in pairs if instruction == "RUN")
 
 
+def test_the_image_has_bwrap_for_the_shell_sandbox() -> None:
+    assert any("install" in args and "bubblewrap" in args for instruction, args in dockerfile() if instruction == "RUN")
+
+
 def _healthcheck_command() -> str:
     [healthcheck] = [args for instruction, args in dockerfile() if instruction == "HEALTHCHECK"]
     _, _, command = healthcheck.partition(" CMD ")

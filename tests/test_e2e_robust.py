@@ -47,7 +47,7 @@ def _pgid_shown(slack: FakeSlack, channel: str, thread_ts: str) -> int | None:
 
 async def test_a_killed_daemon_leaves_no_command_running(own: World) -> None:
     slack, daemon, channel = own.slack, own.daemon, own.channel
-    daemon.env.update(BOT_ENABLE_SHELL="1")
+    daemon.env.update(BOT_ENABLE_SHELL="1", BOT_SHELL_SANDBOX="none")  # group ids as seen from here
     await daemon.start()
     await daemon.connected()
     use = tool_use("run_command", {"command": f"{ECHO_PGID}; sleep 600 & sleep 600; wait"})

@@ -21,7 +21,10 @@ HOST = """
 import asyncio, sys
 from pathlib import Path
 from tools.base import ToolContext
-from tools.run_command import run_command
+from tools.run_command import shell_tool
+from tools.sandbox import Sandbox, ShellPolicy
+
+run_command = shell_tool(ShellPolicy(sandbox=Sandbox.NONE))  # its group ids, as seen from outside
 
 def report(kind, payload):
     print(payload, flush=True)

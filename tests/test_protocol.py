@@ -229,7 +229,7 @@ async def test_injection_fuse() -> None:
 
 
 def test_toolbox_problems() -> None:
-    box = Toolbox(builtin_tools(enable_shell=False))
+    box = Toolbox(builtin_tools(shell=None))
     assert box.names == ["now", "wordcount", "sleep_for", "share_file"]
     assert box.problem("now", {}) is None
     assert box.problem("sleep_for", {"seconds": 2}) is None
@@ -261,6 +261,6 @@ def test_toolbox_add_replaces_by_name() -> None:
     def other_now(args: dict[str, Any], ctx: ToolContext) -> str:
         return "never"
 
-    box = Toolbox(builtin_tools(enable_shell=False))
+    box = Toolbox(builtin_tools(shell=None))
     box.add(other_now)
     assert box.get("now") is other_now and box.names.count("now") == 1

@@ -15,12 +15,12 @@ import pytest
 from conftest import CoreFactory, RecordingOutput
 from fakes.anthropic_api import FakeAnthropic, Reply, tool_results, tool_use
 from proc_groups import ECHO_PGID, assert_group_gone
+from proc_groups import UNFENCED_SHELL as run_command
 
 from bot.app import Core
 from bot.calls.models import PROGRESS_LOG_LIMIT, PROGRESS_PAYLOAD_MAX_CHARS, CallStatus, ProgressKind, ToolCall
 from bot.calls.registry import CancelResult
 from tools.base import Tool, ToolContext, tool
-from tools.run_command import run_command
 from tools.sleep_for import sleep_for
 
 STOPS_S = 2.0

@@ -19,9 +19,10 @@ from hypothesis import strategies as st
 from bot.agent.toolbox import Toolbox
 from bot.model.stream_reader import ToolInputs
 from tools import builtin_tools
+from tools.sandbox import ShellPolicy
 from tools.sleep_for import MAX_SLEEP_S
 
-TOOLBOX = Toolbox(builtin_tools(enable_shell=True))
+TOOLBOX = Toolbox(builtin_tools(shell=ShellPolicy()))
 NAMES = TOOLBOX.names
 CALL_ID = "toolu_prop"
 

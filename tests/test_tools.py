@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 from proc_groups import ECHO_PGID, assert_group_gone, group_exists
+from proc_groups import UNFENCED_SHELL as run_command
 
 from tools import builtin_tools
 from tools.base import Tool, ToolContext, ToolError, tool
 from tools.now import now
-from tools.run_command import run_command
+from tools.sandbox import ShellPolicy, session_dir
 from tools.sleep_for import sleep_for
 from tools.wordcount import wordcount
 
@@ -71,13 +72,13 @@ async def test_wordcount(tmp_path: Path, text: str, words: int) -> None:
 
 
 def test_builtin_tools_offer_the_shell_only_when_enabled() -> None:
-    assert [t.name for t in builtin_tools(enable_shell=False)] == ["now", "wordcount", "sleep_for", "share_file"]
+    assert [t.name for t in builtin_tools(shell=None)] == ["now", "wordcount", "sleep_for", "share_file"]
     with_shell = ["now", "wordcount", "sleep_for", "share_file", "run_command"]
-    assert [t.name for t in builtin_tools(enable_shell=True)] == with_shell
+    assert [t.name for t in builtin_tools(shell=ShellPolicy())] == with_shell
 
 
 def test_tool_specs_have_the_contract_shape() -> None:
-    for item in builtin_tools(enable_shell=True):
+    for item in builtin_tools(shell=ShellPolicy()):
         spec = item.spec()
         assert set(spec) == {"name", "description", "input_schema"}
         assert spec["input_schema"]["type"] == "object"
@@ -183,7 +184,7 @@ async def test_run_command_reports_each_line_as_it_is_printed(tmp_path: Path) ->
 
 async def test_run_command_runs_in_the_work_directory(tmp_path: Path) -> None:
     result = await run_command.run({"command": "pwd"}, make_ctx(tmp_path, Recorder()))
-    assert result["output"].strip() == str(tmp_path / "work")
+    assert result["output"].strip() == str(session_dir(tmp_path / "work", "test:session"))
 
 
 async def test_run_command_keeps_the_tail_of_long_output(tmp_path: Path) -> None:
@@ -228,3 +229,33 @@ async def test_run_command_term_ignoring_child_is_killed_after_the_grace(tmp_pat
         await task
     assert time.perf_counter() - start >= 1.9  # SIGKILL came after the grace
     await assert_group_gone(pgid)
+
+
+async def test_run_command_sees_none_of_the_daemons_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("SLACK_BOT_TOKEN", "ANTHROPIC_API_KEY", "BOT_DATABASE_URL", "OTHER_SECRET"):
+        monkeypatch.setenv(name, "sekrit-value")
+    monkeypatch.setenv("TZ", "Europe/Paris")
+    result = await run_command.run({"command": "env"}, make_ctx(tmp_path, Recorder()))
+    names = {line.partition("=")[0] for line in result["output"].splitlines()}
+    assert "sekrit-value" not in result["output"]
+    assert names <= {"PATH", "HOME", "LANG", "TZ", "TERM", "PWD", "SHLVL", "_", "OLDPWD"}
+    home = session_dir(tmp_path / "work", "test:session")
+    assert f"HOME={home}\n" in result["output"] and "TZ=Europe/Paris" in result["output"]
+
+
+async def test_run_command_in_bwrap_sees_only_its_session_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "sekrit-value")
+    (tmp_path / "bot.db").write_text("conversations")
+    tool_ = builtin_tools(shell=ShellPolicy())[-1]
+    ctx = make_ctx(tmp_path, Recorder())
+    command = f"env; cat {tmp_path}/bot.db ../bot.db; ls -A ~ /root /home; echo hi > mine; pwd"
+    result = await tool_.run({"command": command}, ctx)
+    assert "sekrit-value" not in result["output"] and "conversations" not in result["output"]
+    assert result["output"].rstrip().endswith("/work")
+    [session] = (tmp_path / "work").iterdir()
+    assert (session / "mine").read_text() == "hi\n"
+    other = ToolContext("toolu_2", "other:session", tmp_path / "work", Recorder(), asyncio.get_running_loop())
+    peek = await tool_.run({"command": "cat ../*/mine; ls .."}, other)
+    assert "hi" not in peek["output"]

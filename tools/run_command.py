@@ -12,6 +12,9 @@ reach the shell, not its children (the setting is not inherited across fork),
 and it needs a `preexec_fn`, which is unsafe in a process with threads. The
 group is also recorded with the call, so a start after a crash kills whatever
 is left (a member that escaped its group with `setsid` escapes both).
+
+What the command may see and reach (environment, files, network, limits) is the
+`ShellPolicy` the tool is built with; `tools.sandbox` says how it is fenced.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ import os
 import signal
 from typing import Any
 
-from tools.base import ToolContext, ToolError, ToolKind, tool
+from tools.base import Tool, ToolContext, ToolError, ToolKind, tool
+from tools.sandbox import ShellPolicy, environment, session_dir, wrap
 
 KILL_GRACE_S = 2.0
 OUTPUT_KEEP_CHARS = 16_000
@@ -45,28 +49,36 @@ exit "$status"
 """
 
 
-@tool(
-    "run_command",
-    "Run a shell command in the bot's work directory. Output lines are reported as progress; "
-    "the result holds the exit code and the tail of the output.",
-    {
-        "command": {"type": "string", "minLength": 1, "description": "The shell command line."},
-        "timeout_seconds": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_S},
-    },
-    required=("command",),
-    kind=ToolKind.PROCESS,
-)
-async def run_command(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
-    ctx.work_dir.mkdir(parents=True, exist_ok=True)
+def shell_tool(policy: ShellPolicy) -> Tool:
+    """The `run_command` tool, fenced as `policy` says."""
+
+    @tool(
+        "run_command",
+        "Run a shell command in this conversation's own work directory (kept between calls). Output lines are "
+        "reported as progress; the result holds the exit code and the tail of the output.",
+        {
+            "command": {"type": "string", "minLength": 1, "description": "The shell command line."},
+            "timeout_seconds": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_S},
+        },
+        required=("command",),
+        kind=ToolKind.PROCESS,
+    )
+    async def run_command(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+        return await _run(policy, args, ctx)
+
+    return run_command
+
+
+async def _run(policy: ShellPolicy, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    work_dir = session_dir(ctx.work_dir, ctx.session_key)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    argv, cwd, home = wrap(policy, ["/bin/sh", "-c", SUPERVISOR, "sh", args["command"]], work_dir)
     lifeline, keep_alive = os.pipe()  # both ends close on exec: only the supervisor's stdin gets one
     try:
         process = await asyncio.create_subprocess_exec(
-            "/bin/sh",
-            "-c",
-            SUPERVISOR,
-            "sh",
-            args["command"],
-            cwd=ctx.work_dir,
+            *argv,
+            cwd=cwd,
+            env=environment(policy, home),
             stdin=lifeline,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
