@@ -15,11 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from daemon_rig import WAIT_S, World, mention, wait_text
 from fakes.anthropic_api import Reply, tool_results, tool_use
 from proc_groups import REAP_WAIT_S
-from test_e2e_slack import WAIT_S, World, mention, own, wait_text
-
-__all__ = ["own"]  # the fixture, imported so that pytest finds it here
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.asyncio(loop_scope="module")]
 
