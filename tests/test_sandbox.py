@@ -23,8 +23,6 @@ from tools.base import ToolContext, ToolError
 from tools.run_command import shell_tool
 from tools.sandbox import Limits, ShellPolicy, environment, resolver_binds
 
-pytestmark = pytest.mark.usefixtures("clean_env")
-
 STOPS_S = 5.0
 """Far inside the 30 s a command would take; loose enough for a loaded machine."""
 
