@@ -9,6 +9,8 @@ import pytest
 from daemon_rig import World, mention, reply, wait_text
 from fakes.anthropic_api import Reply
 
+from tools.sandbox import session_dir
+
 pytestmark = [pytest.mark.timeout(90), pytest.mark.asyncio(loop_scope="module")]
 
 SECRET = "my password is HUNTER2-LEAKED"
@@ -59,6 +61,9 @@ async def test_forget_by_the_starter_after_the_button_leaves_no_trace_and_strang
     question = await wait_text(slack, own.channel, root["ts"], "Delete everything I stored")
     assert question.blocks and question.blocks[-1]["elements"][0]["action_id"] == "forget_session"
     value = question.blocks[-1]["elements"][0]["value"]
+    files = session_dir(daemon.data_dir / "work", value)  # as the session's commands would have left it
+    files.mkdir(parents=True)
+    (files / "notes.txt").write_text(SECRET)
 
     click = slack.block_action(own.channel, question.ts, "forget_session", value, user="USTRANGER")
     await slack.wait_ack(await slack.send_interactive(click))
@@ -69,3 +74,4 @@ async def test_forget_by_the_starter_after_the_button_leaves_no_trace_and_strang
     await slack.wait_ack(await slack.send_interactive(click))
     await slack.wait_for(lambda: question.text.startswith("Forgotten"), 10, "the confirmation edited to say so")
     await slack.wait_for(lambda: SECRET.encode() not in db_bytes(daemon.data_dir), 10, "no trace in the files")
+    assert not files.exists(), "the session's work dir goes with it"

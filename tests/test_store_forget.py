@@ -12,6 +12,7 @@ from bot.calls.models import ToolCall, utcnow
 from bot.schedule.retention import Retention
 from bot.store import NewReminder, ReminderKind, SqliteStore, Store
 from bot.types import Usage
+from tools.sandbox import session_dir
 
 SECRET = "the launch code is ZEBRA-7741"
 
@@ -49,17 +50,24 @@ async def test_forget_deletes_every_row_holding_the_text_and_keeps_usage(any_sto
     assert await store.forget_session("slack:T1:C1:1.0") is False
 
 
-async def test_retention_forgets_only_sessions_idle_past_the_limit(any_store: Store) -> None:
+async def test_retention_forgets_only_sessions_idle_past_the_limit(any_store: Store, tmp_path: Path) -> None:
     store = any_store
     await fill(store, "slack:T1:C1:1.0")
     await fill(store, "slack:T1:C1:2.0")
     await store.add_reminder(NewReminder("slack:T1:C1:2.0", ReminderKind.WAKE, "check", utcnow() + timedelta(days=400)))
     await fill(store, "console:1")
     now: list[datetime] = [utcnow()]
-    retention = Retention(store, timedelta(days=90), lambda: now[0], owns=lambda key: key.startswith("slack:"))
+    work_root = tmp_path / "work"
+    for key in ("slack:T1:C1:1.0", "slack:T1:C1:2.0"):
+        session_dir(work_root, key).mkdir(parents=True)
+        (session_dir(work_root, key) / "notes.txt").write_text(SECRET)
+    owns = lambda key: key.startswith("slack:")  # noqa: E731
+    retention = Retention(store, timedelta(days=90), lambda: now[0], work_root=work_root, owns=owns)
     assert await retention.sweep() == [], "nothing is 90 days old yet"
     now[0] += timedelta(days=91)
     assert await retention.sweep() == ["slack:T1:C1:1.0"], "a pending wait keeps its session; console is not ours"
+    assert not session_dir(work_root, "slack:T1:C1:1.0").exists(), "its commands' files go with it"
+    assert (session_dir(work_root, "slack:T1:C1:2.0") / "notes.txt").exists()
     assert await store.get_session("slack:T1:C1:1.0") is None
     assert await store.get_session("slack:T1:C1:2.0") is not None and await store.get_session("console:1")
 

@@ -18,6 +18,7 @@ import asyncio
 import hashlib
 import os
 import re
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -84,6 +85,11 @@ def session_dir(work_root: Path, session_key: str) -> Path:
     readable = re.sub(r"[^A-Za-z0-9._-]+", "-", session_key).strip(".-")[:80] or "session"
     digest = hashlib.sha256(session_key.encode()).hexdigest()[:12]
     return work_root / f"{readable}-{digest}"
+
+
+def forget_files(work_root: Path, session_key: str) -> None:
+    """Delete what the session's commands wrote: forgetting a session forgets its files too."""
+    shutil.rmtree(session_dir(work_root, session_key), ignore_errors=True)
 
 
 def environment(policy: ShellPolicy, home: str, source: Mapping[str, str] = os.environ) -> dict[str, str]:

@@ -10,10 +10,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
 from bot.schedule.firing import Clock
 from bot.store import Store
 from bot.types import SessionFilter
+from tools.sandbox import forget_files
 
 log = logging.getLogger(__name__)
 
@@ -23,11 +25,13 @@ RETENTION_SWEEP_S = 3600.0
 
 @dataclass(frozen=True, slots=True)
 class Retention:
-    """Forgets this edge's sessions (`owns`) with no trace for `keep`."""
+    """Forgets this edge's sessions (`owns`) with no trace for `keep`: their rows, and their commands'
+    files under `work_root` (in a cluster, the files on the replica that runs the sweep)."""
 
     store: Store
     keep: timedelta
     clock: Clock
+    work_root: Path
     owns: SessionFilter | None = None
 
     async def sweep(self) -> list[str]:
@@ -35,6 +39,7 @@ class Retention:
         forgotten = []
         for key in await self.store.idle_sessions(self.clock() - self.keep):
             if (self.owns is None or self.owns(key)) and await self.store.forget_session(key):
+                forget_files(self.work_root, key)
                 forgotten.append(key)
         if forgotten:
             log.info("retention: forgot %d sessions idle for over %s", len(forgotten), self.keep)

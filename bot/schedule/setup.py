@@ -60,7 +60,8 @@ def build_scheduler(
 
     scheduler.every(PRUNE_JOB_ID, PRUNE_INTERVAL_S, prune_seen_events)
     if settings.bot_retention_days > 0:
-        retention = Retention(store, timedelta(days=settings.bot_retention_days), now, owns)
+        keep = timedelta(days=settings.bot_retention_days)
+        retention = Retention(store, keep, now, work_root=settings.bot_data_dir / "work", owns=owns)
         scheduler.every(RETENTION_JOB_ID, RETENTION_SWEEP_S, retention.sweep)
     zones = Zones(settings.zone, user_timezone)
     for item in (

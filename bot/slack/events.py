@@ -94,7 +94,13 @@ class MessageRouter:
         self._bot_user_id = bot_user_id
         self._metrics = metrics
         self._locks = KeyedLocks()
-        self.forgetting = Forgetting(client=client, store=store, engine=engine, admins=settings.bot_admin_users)
+        self.forgetting = Forgetting(
+            client=client,
+            store=store,
+            engine=engine,
+            admins=settings.bot_admin_users,
+            work_root=settings.bot_data_dir / "work",
+        )
         self._files = FileReader(client, FileLimits.of(settings))
         self._reading = TaskSet()
         """A cluster's files being read after their message was claimed and acked."""

@@ -9,6 +9,7 @@ which, bot/store/forgetting.py) and edits the confirmation to say so.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -17,6 +18,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.engine import Engine
 from bot.store import Store
+from tools.sandbox import forget_files
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +36,10 @@ def confirmation_blocks(session_key: str) -> list[dict[str, Any]]:
 
 
 class Forgetting:
-    def __init__(self, *, client: AsyncWebClient, store: Store, engine: Engine, admins: tuple[str, ...]) -> None:
+    def __init__(
+        self, *, client: AsyncWebClient, store: Store, engine: Engine, admins: tuple[str, ...], work_root: Path
+    ) -> None:
+        self._work_root = work_root
         self._client = client
         self._store = store
         self._engine = engine
@@ -68,6 +73,7 @@ class Forgetting:
                 return
             await self._engine.cancel_turn(session_key, by=user)
             await self._store.forget_session(session_key)
+            forget_files(self._work_root, session_key)
             log.info("forgot session %s at the request of %s", session_key, user)
             await self._client.chat_update(channel=channel, ts=str(message.get("ts")), text=DONE, blocks=[])
         except SlackApiError as exc:
