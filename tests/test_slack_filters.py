@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from bot.slack.filters import addressed, allowed, classify, may_cancel, session_key, strip_mention
+from bot.slack.admission import Admission, team_of
+from bot.slack.filters import addressed, classify, may_cancel, session_key, strip_mention
 from bot.slack.history import HEADER, format_context, with_context
 
 BOT = "UBOT"
@@ -79,11 +80,26 @@ def test_stop_words(text: str, is_stop: bool) -> None:
 
 
 def test_allow_lists_deny_by_default_once_set() -> None:
-    assert allowed("U1", "C1", users=(), channels=())
-    assert allowed("U1", "C1", users=("U1",), channels=())
-    assert not allowed("U2", "C1", users=("U1",), channels=())
-    assert not allowed("U1", "C2", users=(), channels=("C1",))
-    assert not allowed("U1", "D1", users=(), channels=("C1",)), "a DM is a channel too"
+    assert Admission("T1").admits("U1", team="T1", channel="C1")
+    assert Admission("T1", users=("U1",)).admits("U1", team="T1", channel="C1")
+    assert not Admission("T1", users=("U2",)).admits("U1", team="T1", channel="C1")
+    assert not Admission("T1", channels=("C1",)).admits("U1", team="T1", channel="C2")
+    assert not Admission("T1", channels=("C1",)).admits("U1", team="T1", channel="D1"), "a DM is a channel too"
+
+
+def test_other_organisations_are_refused_unless_listed() -> None:
+    assert not Admission("T1").admits("U9", team="T9", channel="C1")
+    assert Admission("T1", teams=("T9",)).admits("U9", team="T9", channel="C1")
+    assert Admission("T1").admits("U1", team="", channel="C1"), "no team said: the bot's own"
+    assert not Admission("T1", teams=("T9",), users=("U1",)).admits("U9", team="T9"), "the user list still holds"
+
+
+def test_the_author_team_is_user_team_else_team() -> None:
+    assert team_of({"user_team": "T9", "team": "T1"}) == "T9"
+    assert team_of({"team": "T1"}) == "T1"
+    assert team_of({}) == ""
+    incoming = classify(body(text="hi") | {"event": body(text="hi")["event"] | {"user_team": "T9"}}, BOT)
+    assert incoming is not None and incoming.user_team == "T9"
 
 
 @pytest.mark.parametrize(
