@@ -37,3 +37,29 @@ def said(speaker: Speaker, text: str, *, ts: str | None = None) -> str:
 def history(lines: list[str]) -> str:
     """Lines already made safe by `said` (or our own bracketed notes), fenced together as the thread's past."""
     return '<untrusted source="history">\n' + "\n".join(lines) + "\n</untrusted>"
+
+
+OWN_TOOLS = frozenset(
+    {
+        "now",
+        "wordcount",
+        "sleep_for",
+        "wait_for",
+        "wait_until",
+        "schedule_reminder",
+        "list_reminders",
+        "cancel_reminder",
+        "cancel_tool_call",
+        "list_running_tool_calls",
+        "share_file",
+        "heartbeat",
+    }
+)
+"""Built-in tools whose results are the daemon's own words (a time, a count, an id): nothing from outside to
+fence. Every other tool (the shell, MCP servers, the operator's modules, a status that quotes another call's
+result) brings text from elsewhere."""
+
+
+def tool_output(tool_name: str, text: str) -> str:
+    """A tool's result text as the model reads it: fenced unless the tool is one of the daemon's own."""
+    return text if tool_name in OWN_TOOLS else untrusted("tool", text, name=tool_name)
