@@ -51,13 +51,13 @@ OWN_TOOLS = frozenset(
         "cancel_reminder",
         "cancel_tool_call",
         "list_running_tool_calls",
+        "get_tool_call_status",
         "share_file",
         "heartbeat",
     }
 )
 """Built-in tools whose results are the daemon's own words (a time, a count, an id): nothing from outside to
-fence. Every other tool (the shell, MCP servers, the operator's modules, a status that quotes another call's
-result) brings text from elsewhere."""
+fence. Every other tool (the shell, MCP servers, the operator's modules) brings text from elsewhere."""
 
 
 def tool_output(tool_name: str, text: str) -> str:
