@@ -129,7 +129,8 @@ async def test_reply_while_a_tool_runs_is_injected(world: World) -> None:
     await slack.wait_for(lambda: "eyes" in slack.reactions_on(channel, note["ts"]), WAIT_S, "the eyes reaction")
     await wait_text(slack, channel, event["ts"], "Understood, hurrying.")
     second = world.requests("sleep for a while")[1]
-    assert "[mid-turn user note] actually, hurry up" in user_texts(second)
+    said = f'[mid-turn user note] <message from="U1" name="user_u1" ts="{note["ts"]}">actually, hurry up</message>'
+    assert said in user_texts(second)
     await reply(slack, channel, event["ts"], "stop")  # end the background sleep
     await slack.wait_for(lambda: "cancelled by <@U1>" in status.text, WAIT_S, "the cancelled status")
 
@@ -259,15 +260,17 @@ async def test_allow_list_denies_politely_once_per_thread(own: World) -> None:
     daemon.env["BOT_ALLOWED_USERS"] = "U9"
     await daemon.start()
     await daemon.connected()
-    own.script.add("let me in", Reply.text_only("Welcome, U9."))
+    own.script.add("I am allowed", Reply.text_only("Welcome, U9."))
     event = await mention(slack, "C1", "let me in", user="U1")
     await mention(slack, "C1", "please?", user="U1", thread_ts=event["ts"])
     await mention(slack, "C1", "I am allowed", user="U9", thread_ts=event["ts"])
     await wait_text(slack, "C1", event["ts"], "Welcome, U9.")
     denials = [m for m in bot_posts(slack, "C1", event["ts"]) if "not set up to answer" in m.text]
     assert len(denials) == 1
-    [request] = model.requests  # the refused messages reach the model only as the thread's context
-    assert user_texts(request)[-1].endswith("[The message addressed to you]\nI am allowed")
+    [request] = model.requests  # the refused messages do not reach the model, not even as the thread's context
+    [text] = user_texts(request)
+    assert text.endswith(">I am allowed</message>") and "let me in" not in text and "please?" not in text
+    assert "[2 messages from people not allowed to talk to you were left out]" in text
 
 
 async def test_restart_mid_session_continues_the_conversation(own: World) -> None:
