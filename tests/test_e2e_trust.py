@@ -8,11 +8,10 @@ file whose name and text try to close the untrusted-content boundary stays insid
 from __future__ import annotations
 
 import pytest
-from fakes.anthropic_api import Reply, tool_use, user_texts
 from daemon_rig import WAIT_S, World, bot_posts, mention, reply, wait_status, wait_text
+from fakes.anthropic_api import Reply, tool_use, user_texts
 
 from bot.slack.cancel import NOT_ADMITTED
-
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio(loop_scope="module")]
 
