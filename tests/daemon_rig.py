@@ -28,12 +28,16 @@ import pytest_asyncio
 from fakes.anthropic_api import Failure, FakeAnthropic, Reply, user_texts
 from fakes.slack_api import FakeSlack, StoredMessage
 
+from bot.types import Speaker
+
 ROOT = Path(__file__).resolve().parents[1]
 WAIT_S = 15.0
 STOP_S = 90.0
 """How long a SIGTERM'd daemon may take: its documented worst case (about 85 s, tests/test_deploy.py). A
 stop is quick unless the machine is loaded; only a daemon that never stops should fail a test here."""
 SIGNING_SECRET = "test-signing-secret"
+U1 = Speaker("U1", "user_u1")
+"""The fake Slack's U1 as the model sees them: their id and the name the fake's users.info gives."""
 
 
 @dataclass
