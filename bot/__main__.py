@@ -28,6 +28,7 @@ SLACK_ONLY = frozenset(
         "bot_allowed_users",
         "bot_allowed_channels",
         "bot_admin_users",
+        "bot_allowed_teams",
         "bot_cancel_reactions",
         "bot_heartbeat_interval_s",
         "bot_heartbeat_channel",

@@ -121,6 +121,7 @@ class Settings(BaseSettings):
     bot_allowed_users: CommaList = ()
     bot_allowed_channels: CommaList = ()
     bot_admin_users: CommaList = ()  # may make the bot forget any thread
+    bot_allowed_teams: CommaList = ()  # Slack team ids besides the bot's own whose people it answers
     bot_cancel_reactions: CommaList = ("x", "octagonal_sign")
     bot_mention_only_channels: CommaList = ()  # channel ids, or `*`: replies there must mention the bot
     bot_yield_strategy: Annotated[YieldStrategy, NoDecode] = YieldStrategy(YieldMode.WHEN_ALL_DONE)
@@ -166,6 +167,7 @@ class Settings(BaseSettings):
         "bot_allowed_users",
         "bot_allowed_channels",
         "bot_admin_users",
+        "bot_allowed_teams",
         "bot_cancel_reactions",
         "bot_mention_only_channels",
         "bot_tool_modules",

@@ -22,6 +22,14 @@ TextSink = Callable[[str], None]
 
 
 @dataclass(frozen=True, slots=True)
+class Speaker:
+    """Who wrote a line the model reads: the edge's user id and the name people know them by."""
+
+    id: str
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Billing:
     """Whom a model call is for, so its tokens are booked to the session, turn and person."""
 

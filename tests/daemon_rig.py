@@ -14,8 +14,10 @@ test module gets these fixtures without importing them.
 from __future__ import annotations
 
 import asyncio
+import html
 import itertools
 import os
+import re
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -28,12 +30,17 @@ import pytest_asyncio
 from fakes.anthropic_api import Failure, FakeAnthropic, Reply, user_texts
 from fakes.slack_api import FakeSlack, StoredMessage
 
+from bot.types import Speaker
+
 ROOT = Path(__file__).resolve().parents[1]
 WAIT_S = 15.0
 STOP_S = 90.0
 """How long a SIGTERM'd daemon may take: its documented worst case (about 85 s, tests/test_deploy.py). A
 stop is quick unless the machine is loaded; only a daemon that never stops should fail a test here."""
 SIGNING_SECRET = "test-signing-secret"
+U1 = Speaker("U1", "user_u1")
+"""The fake Slack's U1 as the model sees them: their id and the name the fake's users.info gives."""
+MESSAGE = re.compile(r"<message(?: [a-z]+=\"[^\"]*\")*>(.*)</message>", re.S)
 
 
 @dataclass
@@ -125,6 +132,13 @@ class World:
     def requests(self, prefix: str) -> list[dict[str, Any]]:
         """The model requests of the conversation that began with `prefix`."""
         return [r for r in self.model.requests if prefix in user_texts(r)[0]]
+
+
+def words(text: str) -> str:
+    """What a person typed, taken out of the attributed form the model reads it in, for a fake model's script
+    to answer by; text that is not one message comes back as it is."""
+    match = MESSAGE.fullmatch(text)
+    return html.unescape(match[1]) if match else text
 
 
 async def stop_quietly(daemon: Daemon) -> None:

@@ -15,8 +15,9 @@ import anthropic
 import pytest
 from conftest import MODEL, Core
 from fakes.anthropic_api import FakeAnthropic, Reply, tool_results, tool_use, user_texts
-from test_console import bot_env, run_bot
+from test_console import bot_env, run_bot, typed
 
+from bot.agent.fence import untrusted
 from bot.errors import ModelError
 from bot.model.anthropic import AnthropicProvider
 from bot.text import REPLACEMENT, clean_json, clean_text
@@ -65,7 +66,8 @@ async def test_a_tool_result_with_surrogates_reaches_the_model_cleaned(core: Cor
     fake.script(Reply.tools(use), Reply.text_only("Two files."))
     outcome = await core.engine.run_turn(KEY, "list the files")
     assert outcome is not None and outcome.text == "Two files." and outcome.error is None
-    assert json.loads(tool_results(fake.requests[1])[use["id"]]) == {"files": ["ok.txt", f"bad{REPLACEMENT}.txt"]}
+    cleaned = json.dumps({"files": ["ok.txt", f"bad{REPLACEMENT}.txt"]}, ensure_ascii=False)
+    assert tool_results(fake.requests[1])[use["id"]] == untrusted("tool", cleaned, name="listing")
 
 
 async def test_console_input_with_undecodable_bytes(fake: FakeAnthropic, tmp_path: Path) -> None:
@@ -74,7 +76,7 @@ async def test_console_input_with_undecodable_bytes(fake: FakeAnthropic, tmp_pat
     code, out, err = await run_bot("console", env=env, cwd=tmp_path, stdin=b"hello \xff\xfe there\n")
     assert code == 0, err
     assert "assistant: Read you." in out
-    assert user_texts(fake.requests[0]) == [f"hello {REPLACEMENT}{REPLACEMENT} there"]
+    assert [typed(text) for text in user_texts(fake.requests[0])] == [f"hello {REPLACEMENT}{REPLACEMENT} there"]
     assert fake.rejections == []
 
 

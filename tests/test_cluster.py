@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 from cluster_rig import Cluster, cluster
-from daemon_rig import WAIT_S, mention, reply, wait_status, wait_text
+from daemon_rig import U1, WAIT_S, mention, reply, wait_status, wait_text, words
 from fakes.anthropic_api import Reply, tool_use, user_texts
 from fakes.slack_api import StoredMessage
+
+from bot.agent.fence import said, untrusted
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.cluster]
 
@@ -32,10 +34,10 @@ async def test_one_replica_answers_and_takes_an_injection(rig: Cluster) -> None:
     )
     event = await mention(rig.slack, "C1", "count down")
     await wait_status(rig.slack, "C1", event["ts"])
-    await reply(rig.slack, "C1", event["ts"], "hurry up")
+    note = await reply(rig.slack, "C1", event["ts"], "hurry up")
     await wait_text(rig.slack, "C1", event["ts"], "Heard you, done.")
     second = [r for r in rig.model.requests if "count down" in user_texts(r)[0]][1]
-    assert "[mid-turn user note] hurry up" in user_texts(second)
+    assert "[mid-turn user note] " + said(U1, "hurry up", ts=note["ts"]) in user_texts(second)
     await reply(rig.slack, "C1", event["ts"], "stop")
 
 
@@ -51,12 +53,15 @@ async def test_a_message_with_files_is_acked_before_they_are_read_and_answered_w
     held.set()
     await wait_text(rig.slack, "C1", event["ts"], "The notes list one point.")
     [asked] = rig.model.requests
-    assert user_texts(asked) == ["summarise the notes", "[file notes.md]\n# Notes\n- one\n"]
+    assert user_texts(asked) == [
+        said(U1, "summarise the notes", ts=event["ts"]),
+        untrusted("file", "# Notes\n- one\n", name="notes.md"),
+    ]
 
 
 def echo(request: dict[str, Any]) -> Reply:
     """Every answer names the message it answers, so a lost or doubled one shows."""
-    return Reply.text_only(f"re: {user_texts(request)[-1]}")
+    return Reply.text_only(f"re: {words(user_texts(request)[-1])}")
 
 
 async def test_messages_across_replicas_are_stored_once_answered_once_and_turns_never_overlap(rig: Cluster) -> None:
@@ -66,13 +71,16 @@ async def test_messages_across_replicas_are_stored_once_answered_once_and_turns_
     await rig.start(3)
 
     roots: dict[int, str] = {}
+    asked: list[str] = []
 
     async def thread(n: int) -> None:
         root = await mention(rig.slack, f"C{n % 5}", f"topic {n} q0")
         roots[n] = root["ts"]
+        asked.append(said(U1, f"topic {n} q0", ts=root["ts"]))
         await wait_text(rig.slack, f"C{n % 5}", root["ts"], f"re: topic {n} q0")
         for k in range(1, 4):
-            await reply(rig.slack, f"C{n % 5}", root["ts"], f"topic {n} q{k}")
+            question = await reply(rig.slack, f"C{n % 5}", root["ts"], f"topic {n} q{k}")
+            asked.append(said(U1, f"topic {n} q{k}", ts=question["ts"]))
             await wait_text(rig.slack, f"C{n % 5}", root["ts"], f"re: topic {n} q{k}")
 
     await asyncio.gather(*(thread(n) for n in range(50)))
@@ -82,8 +90,8 @@ async def test_messages_across_replicas_are_stored_once_answered_once_and_turns_
     stored = await rig.query("SELECT body FROM messages WHERE role = 'user'")
     blocks = [block for (body,) in stored for block in json.loads(body)["content"]]
     texts = [block["text"] for block in blocks if block.get("type") == "text"]
-    asked = [f"topic {n} q{k}" for n in range(50) for k in range(4)]
-    assert sorted(t for t in texts if t.startswith("topic ")) == sorted(asked)
+    assert len(asked) == 200
+    assert sorted(t for t in texts if words(t).startswith("topic ")) == sorted(asked)
     assert len(rig.slack.redeliveries) > 20  # the duplicates alone are about 20% of 400 envelopes
     assert len(set(rig.slack.deliveries_per_connection())) == 3
     assert len(rig.model.requests) == 200
@@ -91,9 +99,9 @@ async def test_messages_across_replicas_are_stored_once_answered_once_and_turns_
 
 
 def conversation(request: dict[str, Any]) -> list[tuple[str, str]]:
-    """A model request's history as (role, text) pairs, text blocks only."""
+    """A model request's history as (role, text) pairs, text blocks only, a person's text as the words typed."""
     return [
-        (message["role"], block["text"])
+        (message["role"], words(block["text"]))
         for message in request["messages"]
         for block in message["content"]
         if block.get("type") == "text"
@@ -182,9 +190,9 @@ async def test_rolling_sigterm_of_every_replica_under_load_loses_no_acked_messag
     await rig.slack.wait_for(lambda: all(rig.slack.event_acked(e) for e in events), WAIT_S, "every event acked")
     assert rig.slack.abandoned == []
     # ... and every acked message was answered once.
-    for channel, ts, words in sent:
-        await wait_text(rig.slack, channel, ts, f"re: {words}")
-        assert len([m for m in rig.slack.posts_in_thread(channel, ts) if m.text == f"re: {words}"]) == 1
+    for channel, ts, question in sent:
+        await wait_text(rig.slack, channel, ts, f"re: {question}")
+        assert len([m for m in rig.slack.posts_in_thread(channel, ts) if m.text == f"re: {question}"]) == 1
 
 
 async def call_status(rig: Cluster, call_id: str) -> str:
@@ -207,7 +215,7 @@ async def test_a_reply_a_reaction_and_a_button_reach_the_turn_through_a_replica_
     note = await reply(rig.slack, "C1", one["ts"], "also check the logs")
     await wait_text(rig.slack, "C1", one["ts"], "Noted the extra.")
     [_, noted] = [r for r in rig.model.requests if "watch one" in user_texts(r)[0]]
-    assert user_texts(noted)[-1] == "[mid-turn user note] also check the logs"
+    assert user_texts(noted)[-1] == "[mid-turn user note] " + said(U1, "also check the logs", ts=note["ts"])
     seen = await rig.slack.wait_for(lambda: rig.slack.reactions_on("C1", note["ts"]), WAIT_S, "the 👀 on the note")
     assert list(seen) == ["eyes"]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -89,7 +90,7 @@ async def test_console_line_typed_during_a_tool_is_an_injection(fake: FakeAnthro
     process.stdin.write(b"actually skip the sleep\n")
     await process.stdin.drain()
     requests = await fake.wait_for_requests(2)
-    assert "[mid-turn user note] actually skip the sleep" in user_texts(requests[1])
+    assert "[mid-turn user note] actually skip the sleep" in [typed(text) for text in user_texts(requests[1])]
     # The yielded sleep is still running: Ctrl-C-free way out is closing stdin, then SIGINT cancels it.
     process.send_signal(signal.SIGINT)
     process.stdin.close()
@@ -180,7 +181,7 @@ async def test_console_keeps_every_line_typed_between_turns(fake: FakeAnthropic,
     process.stdin.close()
     assert await asyncio.wait_for(process.wait(), START_S) == 0
     # "two" may land just before the first turn has fully ended (then it is a note to that turn): never lost.
-    assert [user_texts(request)[-1].removeprefix("[mid-turn user note] ") for request in fake.requests] == [
+    assert [typed(user_texts(request)[-1]).removeprefix("[mid-turn user note] ") for request in fake.requests] == [
         "one",
         "two",
     ]
@@ -203,3 +204,8 @@ async def test_oneshot_fires_no_other_sessions_wait_and_makes_no_call_on_exit(
     assert code == 0, err
     assert json.loads(out)["text"] == "B answer", "A's due wait must not run inside B's process"
     assert len(fake.requests) == 2 and fake.rejections == []
+
+
+def typed(text: str) -> str:
+    """A console line without its speaker tag (the local user, whoever runs the tests), to compare its words."""
+    return re.sub(r'<message from="local:[^"]*" name="[^"]*">(.*)</message>', r"\1", text, flags=re.S)

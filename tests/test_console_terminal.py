@@ -16,6 +16,7 @@ from fakes.anthropic_api import FakeAnthropic, Reply, tool_use, user_texts
 from fakes.terminal import FakeTerminal
 from test_console import START_S, bot_env
 
+from bot.console import typed
 from bot.console.terminal import BANNER
 
 PROMPT = "you:"
@@ -85,7 +86,7 @@ async def test_text_typed_mid_turn_is_kept_acknowledged_and_injected(
     terminal.type(" the sleep\r")
     rows = await terminal.wait_for(has_row("you: actually skip the sleep  👀"), "the acknowledgement")
     requests = await fake.wait_for_requests(2)
-    assert "[mid-turn user note] actually skip the sleep" in user_texts(requests[1])
+    assert "[mid-turn user note] " + typed("actually skip the sleep") in user_texts(requests[1])
     # The model works on the note (its answer held mid-stream): the console says so.
     await terminal.wait_for(has_row("✳ thinking…"), "the thinking indicator")
     assert terminal.cursor_row() == PROMPT
@@ -155,5 +156,5 @@ async def test_the_prompt_returns_after_a_background_turn_and_a_reminder(
     rows = await terminal.wait_for(has_row("assistant: Hello back."), "the answer to the next line")
     assert "you: hello" in rows and not rows_with(rows, "you: hello  👀"), "a new turn, not a note"
     requests = await fake.wait_for_requests(4)
-    assert user_texts(requests[3])[-1] == "hello"
+    assert user_texts(requests[3])[-1] == typed("hello")
     assert fake.rejections == []

@@ -16,11 +16,12 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from daemon_rig import WAIT_S, Daemon, World, bot_posts, mention, reply, wait_status, wait_text
+from daemon_rig import U1, WAIT_S, Daemon, World, bot_posts, mention, reply, wait_status, wait_text
 from fakes.anthropic_api import Reply, tool_results, tool_use, user_texts
 from fakes.slack_api import ApiCall, FakeSlack, StoredMessage
 
 from bot.agent.engine import RESTART_NOTICE
+from bot.agent.fence import said, untrusted
 from bot.slack.files import RESTARTED_WHILE_READING
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.asyncio(loop_scope="module")]
@@ -77,7 +78,7 @@ async def test_kill_mid_stream_then_the_question_is_answered_once(own: World) ->
 
     await restart(daemon)
     await wait_text(slack, "C1", event["ts"], "It is 330 m tall.")
-    assert user_texts(model.requests[1]) == ["how tall is the tower?"]
+    assert user_texts(model.requests[1]) == [said(U1, "how tall is the tower?", ts=event["ts"])]
     await finish(own)
     assert len(texts_with(slack, "C1", event["ts"], "It is 330 m tall.")) == 1
     assert len(texts_with(slack, "C1", event["ts"], RESTART_NOTICE)) == 1
@@ -100,7 +101,7 @@ async def test_kill_mid_tool_then_the_call_is_orphaned_and_the_turn_goes_on(own:
     await wait_text(slack, "C1", event["ts"], "The nap was cut short.")
     await slack.wait_for(lambda: "👻" in status.text, WAIT_S, "the call repainted as orphaned")
     assert "orphaned" in tool_results(model.requests[1])[sleep["id"]]
-    assert user_texts(model.requests[1]) == ["nap for a minute"]
+    assert user_texts(model.requests[1]) == [said(U1, "nap for a minute", ts=event["ts"])]
     await finish(own)
     assert len(texts_with(slack, "C1", event["ts"], "The nap was cut short.")) == 1
     assert len(texts_with(slack, "C1", event["ts"], RESTART_NOTICE)) == 1
@@ -146,7 +147,7 @@ async def test_kill_with_an_injection_acked_but_not_yet_seen_by_the_model(own: W
 
     await restart(daemon)
     await wait_text(slack, "C1", event["ts"], "Reporting, in French.")
-    assert "answer in French please" in user_texts(model.requests[1])
+    assert said(U1, "answer in French please", ts=note["ts"]) in user_texts(model.requests[1])
     await finish(own)
     assert len(texts_with(slack, "C1", event["ts"], "Reporting, in French.")) == 1
 
@@ -167,8 +168,8 @@ async def test_kill_while_a_shared_file_downloads_then_the_message_is_answered(o
     await restart(daemon)
     await wait_text(slack, "C1", event["ts"], "It did not reach me")
     assert user_texts(model.requests[0]) == [
-        "what is in this file",
-        f"[file report.md skipped: {RESTARTED_WHILE_READING}]",
+        said(U1, "what is in this file", ts=event["ts"]),
+        untrusted("file", f"(skipped: {RESTARTED_WHILE_READING})", name="report.md"),
     ]
     await finish(own)
     assert len(texts_with(slack, "C1", event["ts"], RESTART_NOTICE)) == 1
@@ -282,7 +283,7 @@ async def test_sigterm_mid_answer_then_the_next_start_answers(own: World) -> Non
 
     await restart(daemon)
     await wait_text(slack, "C1", event["ts"], "A quiet week.")
-    assert user_texts(model.requests[1]) == ["summarise the week"]
+    assert user_texts(model.requests[1]) == [said(U1, "summarise the week", ts=event["ts"])]
     await finish(own)
     assert len(texts_with(slack, "C1", event["ts"], "A quiet week.")) == 1
     assert len(texts_with(slack, "C1", event["ts"], RESTART_NOTICE)) == 1

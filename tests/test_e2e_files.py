@@ -13,8 +13,12 @@ import pytest
 from daemon_rig import WAIT_S, World, bot_posts, mention, reply, wait_status, wait_text
 from fakes.anthropic_api import Reply, tool_use, user_blocks, user_texts
 
+from bot.agent.fence import said, untrusted
+from bot.types import Speaker
+
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio(loop_scope="module")]
 
+U1 = Speaker("U1", "user_u1")  # the fake's users.info name for U1
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
 PDF = b"%PDF-1.7\n1 0 obj\n<<>>\nendobj\n%%EOF\n"
 
@@ -41,10 +45,10 @@ async def test_an_image_a_pdf_and_a_text_file_reach_the_model_as_their_blocks(wo
     await wait_text(slack, channel, event["ts"], "No.")
     request = world.requests("look at these")[0]
     assert user_texts(request) == [
-        "look at these",
-        "[file chart.png]",
-        "[file spec.pdf]",
-        "[file notes.md]\n# Notes\n- one\n",
+        said(U1, "look at these", ts=event["ts"]),
+        untrusted("file", "(its image follows)", name="chart.png"),
+        untrusted("file", "(its pdf follows)", name="spec.pdf"),
+        untrusted("file", "# Notes\n- one\n", name="notes.md"),
     ]
     assert user_blocks(request, "image") == [
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(PNG)}}
@@ -73,9 +77,9 @@ async def test_a_too_big_and_an_unsupported_file_give_their_notes(world: World) 
     await wait_text(slack, channel, event["ts"], "Noted.")
     [request] = world.requests("two odd files")
     assert user_texts(request) == [
-        "two odd files",
-        "[file footage.png skipped: too big (6.0 MB; the limit is 5.0 MB)]",
-        "[file tools.zip skipped: unsupported type (application/zip)]",
+        said(U1, "two odd files", ts=event["ts"]),
+        untrusted("file", "(skipped: too big (6.0 MB; the limit is 5.0 MB))", name="footage.png"),
+        untrusted("file", "(skipped: unsupported type (application/zip))", name="tools.zip"),
     ]
     assert not [d for d in slack.files.downloads if d.file_id in {f["id"] for f in files}]
 
@@ -93,8 +97,8 @@ async def test_a_file_in_an_injection_reaches_the_model_mid_turn(world: World) -
     await wait_text(slack, channel, event["ts"], "Got the log.")
     second = world.requests("wait and look")[1]
     assert user_texts(second)[-2:] == [
-        "[mid-turn user note] here is the log",
-        "[file build.log]\nstep 1 ok\nstep 2 FAILED\n",
+        "[mid-turn user note] " + said(U1, "here is the log", ts=note["ts"]),
+        untrusted("file", "step 1 ok\nstep 2 FAILED\n", name="build.log"),
     ]
     await reply(slack, channel, event["ts"], "stop")  # end the background sleep
 

@@ -15,6 +15,8 @@ from fakes.anthropic_api import Reply, tool_results, tool_use
 from mcp_support import Record, stdio_entry, wait_until, write_config
 from proc_groups import assert_group_gone
 
+from bot.agent.fence import untrusted
+
 pytestmark = [pytest.mark.timeout(90), pytest.mark.asyncio(loop_scope="module")]
 
 
@@ -45,7 +47,8 @@ async def test_progress_of_an_mcp_call_shows_on_the_status_message(own: World) -
     revisions = [revision.text for revision in status.history]
     progress = re.compile(r"⏳ `mcp__test__steps\(n=10, interval_ms=300\)` — running \d+s · (\d+)/10 · step \1 of 10")
     assert any(progress.search(text) for text in revisions), revisions
-    assert tool_results(own.requests("count with mcp")[1]) == {use["id"]: "finished 10 steps"}
+    finished = untrusted("tool", "finished 10 steps", name="mcp__test__steps")
+    assert tool_results(own.requests("count with mcp")[1]) == {use["id"]: finished}
     assert "[test] threadbot-test MCP server starting" in own.daemon.log()  # its stderr, in our log
     [pid] = record.pids()
     assert await own.daemon.stop() == 0
@@ -88,4 +91,5 @@ async def test_a_server_killed_mid_call_fails_the_call_and_the_next_call_works(o
     await ready(own, 2)
     await reply(slack, "C1", event["ts"], "try again")
     await wait_text(slack, "C1", event["ts"], "Worked this time.")
-    assert tool_results(own.requests("fragile job")[3]) == {again["id"]: "finished 2 steps"}
+    finished = untrusted("tool", "finished 2 steps", name="mcp__test__steps")
+    assert tool_results(own.requests("fragile job")[3]) == {again["id"]: finished}

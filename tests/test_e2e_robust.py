@@ -11,11 +11,12 @@ import re
 import sqlite3
 
 import pytest
-from daemon_rig import WAIT_S, World, mention, reply, status_posts, wait_text
+from daemon_rig import U1, WAIT_S, World, mention, reply, status_posts, wait_text
 from fakes.anthropic_api import Reply, tool_use, user_texts
 from fakes.slack_api import FakeSlack
 from proc_groups import ECHO_PGID, assert_group_gone, group_exists, live_members
 
+from bot.agent.fence import said
 from bot.text import REPLACEMENT
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.asyncio(loop_scope="module")]
@@ -32,7 +33,7 @@ async def test_an_event_with_a_lone_surrogate_is_answered(own: World) -> None:
     event = await mention(slack, channel, "odd bytes \ud800 here")
     await wait_text(slack, channel, event["ts"], "I read it.")
     [request] = own.requests("odd bytes")
-    assert user_texts(request) == [f"odd bytes {REPLACEMENT} here"]
+    assert user_texts(request) == [said(U1, f"odd bytes {REPLACEMENT} here", ts=event["ts"])]
     assert not any("not valid JSON" in m.text for m in slack.posts_in_thread(channel, event["ts"]))
 
 

@@ -19,6 +19,7 @@ import aiohttp
 import pytest
 from daemon_rig import (
     SIGNING_SECRET,
+    U1,
     WAIT_S,
     World,
     bot_posts,
@@ -31,6 +32,7 @@ from fakes.anthropic_api import Failure, Reply, text, tool_use, user_texts
 from fakes.slack_api import StoredMessage, event_callback_body, signed_event_request
 
 from bot import __version__
+from bot.agent.fence import said
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio(loop_scope="module")]
 
@@ -51,7 +53,7 @@ async def test_mention_gets_a_threaded_markdown_reply(world: World) -> None:
     assert answer.thread_ts == event["ts"]
     assert answer.blocks == [{"type": "markdown", "text": "Hello **there**."}]
     [request] = world.requests("hi bot")
-    assert user_texts(request) == ["hi bot"]
+    assert user_texts(request) == [said(U1, "hi bot", ts=event["ts"])]
     assert (channel, event["ts"], "is thinking…") in slack.assistant_statuses
 
 
@@ -62,11 +64,14 @@ async def test_follow_up_in_thread_continues_without_a_mention(world: World) -> 
     await wait_text(slack, channel, event["ts"], "Noted: 42.")
     chatter = slack.user_message(channel, "unrelated chatter")  # a thread the bot is not part of
     await slack.wait_ack(await slack.send_event(chatter))
-    await reply(slack, channel, event["ts"], "what was the number?")
+    question = await reply(slack, channel, event["ts"], "what was the number?")
     await wait_text(slack, channel, event["ts"], "It was 42.")
     _, second = world.requests("remember 42")
     assert [m["role"] for m in second["messages"]] == ["user", "assistant", "user"]
-    assert user_texts(second) == ["remember 42", "what was the number?"]
+    assert user_texts(second) == [
+        said(U1, "remember 42", ts=event["ts"]),
+        said(U1, "what was the number?", ts=question["ts"]),
+    ]
     assert not any("unrelated chatter" in t for r in world.model.requests for t in user_texts(r))
 
 
@@ -90,9 +95,12 @@ async def test_duplicate_deliveries_give_one_turn(world: World) -> None:
     await slack.wait_ack(await slack.redeliver(first))
     await wait_text(slack, channel, event["ts"], "Just once.")
     # Events of one thread are handled in order, so once this reply is answered, every duplicate was seen.
-    await reply(slack, channel, event["ts"], "and again")
+    again = await reply(slack, channel, event["ts"], "and again")
     await wait_text(slack, channel, event["ts"], "Second turn.")
-    assert [user_texts(r)[-1] for r in world.requests("do it once")] == ["do it once", "and again"]
+    assert [user_texts(r)[-1] for r in world.requests("do it once")] == [
+        said(U1, "do it once", ts=event["ts"]),
+        said(U1, "and again", ts=again["ts"]),
+    ]
 
 
 async def test_status_message_shows_progress_and_the_end(world: World) -> None:
@@ -129,7 +137,8 @@ async def test_reply_while_a_tool_runs_is_injected(world: World) -> None:
     await slack.wait_for(lambda: "eyes" in slack.reactions_on(channel, note["ts"]), WAIT_S, "the eyes reaction")
     await wait_text(slack, channel, event["ts"], "Understood, hurrying.")
     second = world.requests("sleep for a while")[1]
-    assert "[mid-turn user note] actually, hurry up" in user_texts(second)
+    said = f'[mid-turn user note] <message from="U1" name="user_u1" ts="{note["ts"]}">actually, hurry up</message>'
+    assert said in user_texts(second)
     await reply(slack, channel, event["ts"], "stop")  # end the background sleep
     await slack.wait_for(lambda: "cancelled by <@U1>" in status.text, WAIT_S, "the cancelled status")
 
@@ -259,15 +268,17 @@ async def test_allow_list_denies_politely_once_per_thread(own: World) -> None:
     daemon.env["BOT_ALLOWED_USERS"] = "U9"
     await daemon.start()
     await daemon.connected()
-    own.script.add("let me in", Reply.text_only("Welcome, U9."))
+    own.script.add("I am allowed", Reply.text_only("Welcome, U9."))
     event = await mention(slack, "C1", "let me in", user="U1")
     await mention(slack, "C1", "please?", user="U1", thread_ts=event["ts"])
     await mention(slack, "C1", "I am allowed", user="U9", thread_ts=event["ts"])
     await wait_text(slack, "C1", event["ts"], "Welcome, U9.")
     denials = [m for m in bot_posts(slack, "C1", event["ts"]) if "not set up to answer" in m.text]
     assert len(denials) == 1
-    [request] = model.requests  # the refused messages reach the model only as the thread's context
-    assert user_texts(request)[-1].endswith("[The message addressed to you]\nI am allowed")
+    [request] = model.requests  # the refused messages do not reach the model, not even as the thread's context
+    [text] = user_texts(request)
+    assert text.endswith(">I am allowed</message>") and "let me in" not in text and "please?" not in text
+    assert "[2 messages from people not allowed to talk to you were left out]" in text
 
 
 async def test_restart_mid_session_continues_the_conversation(own: World) -> None:
@@ -280,14 +291,14 @@ async def test_restart_mid_session_continues_the_conversation(own: World) -> Non
     assert await daemon.stop() == 0
     await daemon.start()
     await daemon.connected(total=2)
-    await reply(slack, "C1", event["ts"], "what did I say?")
+    question = await reply(slack, "C1", event["ts"], "what did I say?")
     await wait_text(slack, "C1", event["ts"], "You said 7.")
     first, second = model.requests
     assert second["messages"][:2] == [
         *first["messages"],
         {"role": "assistant", "content": [text("I will remember 7.")]},
     ]
-    assert user_texts(second)[-1] == "what did I say?"
+    assert user_texts(second)[-1] == said(U1, "what did I say?", ts=question["ts"])
 
 
 async def test_the_log_says_who_and_where_in_words_and_ends_stopped(own: World) -> None:
@@ -390,7 +401,7 @@ async def test_mention_only_channels_answer_only_replies_that_name_the_bot(own: 
     root = event["ts"]
     await wait_text(slack, "C1", root, "Started.")
     await reply(slack, "C1", root, "people talking among themselves")
-    await mention(slack, "C1", "sleep now", thread_ts=root)
+    sleep = await mention(slack, "C1", "sleep now", thread_ts=root)
     status = await wait_status(slack, "C1", root)
     chatter = await reply(slack, "C1", root, "more chatter while it works")
     note = await mention(slack, "C1", "hurry please", thread_ts=root)
@@ -403,9 +414,12 @@ async def test_mention_only_channels_answer_only_replies_that_name_the_bot(own: 
     assert slack.reactions_on("C1", chatter["ts"]) == {}
     assert slack.reactions_on("C1", plain_stop["ts"]) == {}
     texts = [t for r in own.requests("gated start") for t in user_texts(r)]
-    assert "[mid-turn user note] hurry please" in texts
+    assert "[mid-turn user note] " + said(U1, "hurry please", ts=note["ts"]) in texts
     assert not any("chatter" in t or "among themselves" in t for t in texts)
-    assert [user_texts(r)[-1] for r in own.requests("gated start")][:2] == ["gated start", "sleep now"]
+    assert [user_texts(r)[-1] for r in own.requests("gated start")][:2] == [
+        said(U1, "gated start", ts=root),
+        said(U1, "sleep now", ts=sleep["ts"]),
+    ]
 
     dm = slack.user_message("D1", "dm under gating", user="U2")
     await slack.wait_ack(await slack.send_event(dm))

@@ -23,6 +23,7 @@ from fakes.anthropic_api import FakeAnthropic, Reply, tool_results, tool_use
 from mcp_support import Record, http_server, stdio_entry, write_config
 from proc_groups import assert_group_gone
 
+from bot.agent.fence import untrusted
 from bot.app import Core
 from bot.calls.models import CallStatus
 from bot.calls.summary import state_text
@@ -92,7 +93,7 @@ async def test_progress_reaches_the_call_and_its_status_line(
     assert payloads[-1] == {"progress": 4, "total": 4, "message": "step 4 of 4"}
     running = [s.call for s in output.snapshots if s.id == use["id"] and s.status is CallStatus.RUNNING]
     assert running, "the call was published while running"
-    assert tool_results(fake.requests[1]) == {use["id"]: "finished 4 steps"}
+    assert tool_results(fake.requests[1]) == {use["id"]: untrusted("tool", "finished 4 steps", name=use["name"])}
 
 
 def test_status_line_shows_mcp_progress_as_a_fraction_and_message() -> None:
@@ -140,11 +141,13 @@ async def test_error_image_and_huge_results(mcp_core: Core, fake: FakeAnthropic)
     failed = await mcp_core.registry.find(fail["id"])
     assert failed is not None and failed.status is CallStatus.FAILED
     caption, image = results[picture["id"]]
-    assert caption == {"type": "text", "text": "one pixel"}
+    assert caption == {"type": "text", "text": untrusted("tool", "one pixel", name=picture["name"])}
     assert image["type"] == "image" and image["source"]["media_type"] == "image/png"
     assert len(results[huge["id"]]) < 21_000 and "[truncated: 30000 more characters not shown]" in results[huge["id"]]
-    assert json.loads(results[measure["id"]]) == {"area": 12}
-    assert results[document["id"]] == "[resource file:///notes.txt]\nthe notes"
+    assert results[measure["id"]] == untrusted("tool", json.dumps({"area": 12}), name=measure["name"])
+    assert results[document["id"]] == untrusted(
+        "tool", "[resource file:///notes.txt]\nthe notes", name=document["name"]
+    )
     blocks = fake.requests[1]["messages"][-1]["content"]
     assert [b.get("is_error", False) for b in blocks] == [True, False, False, False, False]
 
@@ -176,7 +179,7 @@ async def test_list_changed_refreshes_the_tools_for_the_next_request(mcp_core: C
     fake.script(Reply.tools(extra), Reply.text_only("used it"))
     await mcp_core.engine.run_turn(KEY, "use the new one")
     assert "mcp__test__extra" in [t["name"] for t in fake.requests[2]["tools"]]
-    assert tool_results(fake.requests[3]) == {extra["id"]: "extra works"}
+    assert tool_results(fake.requests[3]) == {extra["id"]: untrusted("tool", "extra works", name=extra["name"])}
 
 
 async def test_a_timeout_cancels_the_request_on_the_server(
@@ -215,7 +218,7 @@ async def test_a_killed_server_fails_its_call_and_the_next_call_works_after_rest
     again = tool_use("mcp__test__steps", {"n": 2, "interval_ms": 10})
     fake.script(Reply.tools(again), Reply.text_only("works again"))
     await core.engine.run_turn(KEY, "try again")
-    assert tool_results(fake.requests[3]) == {again["id"]: "finished 2 steps"}
+    assert tool_results(fake.requests[3]) == {again["id"]: untrusted("tool", "finished 2 steps", name=again["name"])}
 
 
 async def test_tools_of_a_server_that_is_down_answer_unavailable(

@@ -56,7 +56,9 @@ def test_block_results_reach_the_model_as_blocks_truncated_like_text() -> None:
     call.result = {"tool_result_blocks": [{"type": "text", "text": "x" * 500}, image]}
     block = tool_result_block(call, max_chars=200)
     first, second = block["content"]
-    assert first["text"].startswith("x" * 200) and "[truncated: 300 more characters not shown]" in first["text"]
+    opening = '<untrusted source="tool" name="mcp__a__shot">\n'
+    assert first["text"].startswith(opening + "x" * 200) and first["text"].endswith("\n</untrusted>")
+    assert "[truncated: 300 more characters not shown]" in first["text"]
     assert second == image
     note, late_image = late_result_blocks(call, max_chars=1_000)
     assert note["text"].startswith("[background tool result] mcp__a__shot") and "[image block]" in note["text"]

@@ -10,6 +10,7 @@ import pytest
 from conftest import CoreFactory
 from fakes.anthropic_api import FakeAnthropic, Reply, tool_results, tool_use
 
+from bot.agent.fence import untrusted
 from bot.errors import ConfigError
 from bot.operator_tools import load_entry_point_tools, load_module_tools
 
@@ -48,7 +49,7 @@ async def test_a_module_named_in_bot_tool_modules_gives_the_model_its_tools(
     fake.script(Reply.tools(use), Reply.text_only("greeted"))
     await core.engine.run_turn("test:operator", "greet Ada")
     assert "greet" in [t["name"] for t in fake.requests[0]["tools"]]
-    assert tool_results(fake.requests[1]) == {use["id"]: "hello, Ada"}
+    assert tool_results(fake.requests[1]) == {use["id"]: untrusted("tool", "hello, Ada", name="greet")}
 
 
 async def test_a_name_clash_stops_the_start_naming_both_origins(

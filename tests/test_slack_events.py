@@ -6,6 +6,7 @@ to the fake Messages API, the edge is real and talks to the fake Slack.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ from fakes.anthropic_api import FakeAnthropic, Reply, tool_use, user_texts
 from fakes.slack_api import FakeSlack, event_callback_body
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.agent.fence import untrusted
 from bot.app import Core
 from bot.slack import history
 from bot.slack.edits import EditScheduler
@@ -95,15 +97,19 @@ async def rig(rigs: RigFactory) -> Rig:
 async def test_first_mention_inside_a_thread_brings_the_thread_as_context(rig: Rig) -> None:
     slack = rig.slack
     root = slack.user_message("C1", "the deploy failed at step 3", user="U2")
-    slack.user_message("C1", "logs say disk full", user="U3", thread_ts=root["ts"])
-    await rig.send(slack.mention("C1", "what should we do?", thread_ts=root["ts"]))
+    reply = slack.user_message("C1", "logs say disk full", user="U3", thread_ts=root["ts"])
+    mention = slack.mention("C1", "what should we do?", thread_ts=root["ts"])
+    await rig.send(mention)
     await rig.wait_post("C1", root["ts"], "ok")
     [first] = user_texts(rig.model.requests[0])
     assert first == (
         "[Earlier messages in this Slack thread, for context]\n"
-        "<@U2>: the deploy failed at step 3\n"
-        "<@U3>: logs say disk full\n\n"
-        "[The message addressed to you]\nwhat should we do?"
+        '<untrusted source="history">\n'
+        f'<message from="U2" ts="{root["ts"]}">the deploy failed at step 3</message>\n'
+        f'<message from="U3" ts="{reply["ts"]}">logs say disk full</message>\n'
+        "</untrusted>\n\n"
+        "[The message addressed to you]\n"
+        f'<message from="U1" name="user_u1" ts="{mention["ts"]}">what should we do?</message>'
     )
 
 
@@ -112,9 +118,11 @@ async def test_a_thread_slack_does_not_answer_for_is_answered_without_its_contex
     root = slack.user_message("C1", "the deploy failed at step 3", user="U2")
     rig.client.timeout = 0.5
     slack.stall("conversations.replies")
-    await rig.send(slack.mention("C1", "what should we do?", thread_ts=root["ts"]))
+    mention = slack.mention("C1", "what should we do?", thread_ts=root["ts"])
+    await rig.send(mention)
     await rig.wait_post("C1", root["ts"], "ok")
-    assert user_texts(rig.model.requests[0]) == ["what should we do?"]
+    said = f'<message from="U1" name="user_u1" ts="{mention["ts"]}">what should we do?</message>'
+    assert user_texts(rig.model.requests[0]) == [said]
 
 
 async def test_edits_bots_joins_and_chatter_never_reach_the_model(rig: Rig) -> None:
@@ -138,7 +146,8 @@ async def test_a_file_share_reaches_the_model_with_its_contents(rig: Rig) -> Non
     event = slack.files.attach(slack.user_message("D1", "what is in this?"), csv)
     await rig.send(event)
     await rig.wait_post("D1", event["ts"], "ok")
-    assert user_texts(rig.model.requests[0]) == ["what is in this?", "[file data.csv]\na,b\n1,2\n"]
+    said = f'<message from="U1" name="user_u1" ts="{event["ts"]}">what is in this?</message>'
+    assert user_texts(rig.model.requests[0]) == [said, untrusted("file", "a,b\n1,2\n", name="data.csv")]
 
 
 async def test_stop_with_nothing_running_says_so(rig: Rig) -> None:
@@ -182,13 +191,15 @@ async def test_a_long_thread_gives_its_newest_replies_as_context(rig: Rig, monke
     await rig.send(slack.mention("C1", "sum it up", thread_ts=root["ts"]))
     await rig.wait_post("C1", root["ts"], "ok")
     [first] = user_texts(rig.model.requests[0])
-    assert first.split("\n")[:6] == [
+    lines = [re.sub(r' ts="[^"]*"', "", line) for line in first.split("\n")[:7]]
+    assert lines == [
         history.HEADER,
-        "<@U2>: the long story",
+        '<untrusted source="history">',
+        '<message from="U2">the long story</message>',
         "[… 9 earlier replies not shown]",
-        "<@U3>: reply 10",
-        "<@U3>: reply 11",
-        "<@U3>: reply 12",
+        '<message from="U3">reply 10</message>',
+        '<message from="U3">reply 11</message>',
+        '<message from="U3">reply 12</message>',
     ]
     assert len(slack.calls_to("conversations.replies")) == 5, "13 messages, 3 a page"
 
@@ -199,7 +210,7 @@ async def test_a_long_thread_gives_its_newest_replies_as_context(rig: Rig, monke
     await rig.send(slack.mention("C2", "and this one?", thread_ts=other["ts"]))
     await rig.wait_post("C2", other["ts"], "ok")
     context = user_texts(rig.model.requests[1])[0]
-    assert "<@U3>: line 5" in context and history.UNREAD in context and "line 6" not in context
+    assert ">line 5</message>" in context and history.UNREAD in context and "line 6" not in context
 
 
 async def test_in_a_shared_thread_a_reminder_mentions_who_asked_for_it(rig: Rig) -> None:

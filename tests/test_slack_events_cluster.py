@@ -6,6 +6,7 @@ place of the cluster's queue; the files come from the fake Slack, whose download
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,13 +16,17 @@ import pytest
 from fakes.slack_api import FakeSlack, event_callback_body
 from test_slack_events import WAIT_S, Rig, rig, rigs
 
+from bot.agent.fence import said, untrusted
 from bot.slack import events
 from bot.slack.events import ClusterHooks, MessageRouter
 from bot.slack.files import RESTARTED_WHILE_READING, TOO_SLOW
 from bot.store import InboxItem
 from bot.store.postgres import PostgresStore
+from bot.types import Speaker
 
 __all__ = ["rig", "rigs"]  # the fixtures, shared with test_slack_events
+
+U1 = Speaker("U1", "user_u1")  # the fake's users.info name for U1
 
 
 @dataclass
@@ -81,15 +86,16 @@ async def visible(rig: ClusterRig) -> list[InboxItem]:
 async def test_the_claim_returns_before_the_files_are_read_and_the_job_waits_for_them(cluster_rig: ClusterRig) -> None:
     rig = cluster_rig
     held = rig.slack.files.hold_downloads()
-    await share_notes(rig)
+    event = await share_notes(rig)
     await rig.slack.wait_for(lambda: rig.slack.files.downloads, WAIT_S, "the download under way")
     assert rig.offers.seen == [] and await rig.store.open_inbox() == {}  # claimed, unseen, no job yet
     held.set()
     await rig.slack.wait_for(lambda: rig.offers.seen, WAIT_S, "the thread's job")
-    whole = '[{"type": "text", "text": "summarise"}, {"type": "text", "text": "[file notes.md]\\n# Notes\\n"}]'
+    notes = {"type": "text", "text": untrusted("file", "# Notes\n", name="notes.md")}
+    whole = json.dumps([{"type": "text", "text": said(U1, "summarise", ts=event["ts"])}, notes])
     assert rig.offers.seen == [[whole]]  # queued in the transaction that made the message whole
     [item] = await visible(rig)
-    assert item.content[1] == {"type": "text", "text": "[file notes.md]\n# Notes\n"}
+    assert item.content[1] == notes
 
 
 async def test_files_that_take_too_long_are_noted_and_the_message_goes_on(
@@ -101,7 +107,7 @@ async def test_files_that_take_too_long_are_noted_and_the_message_goes_on(
     await share_notes(rig)
     await rig.slack.wait_for(lambda: rig.offers.seen, WAIT_S, "the thread's job")
     [item] = await visible(rig)
-    assert item.content[1] == {"type": "text", "text": f"[file notes.md skipped: {TOO_SLOW}]"}
+    assert item.content[1] == {"type": "text", "text": untrusted("file", f"(skipped: {TOO_SLOW})", name="notes.md")}
 
 
 async def test_a_shutdown_while_files_are_read_hands_the_message_on_at_once(cluster_rig: ClusterRig) -> None:
@@ -112,4 +118,5 @@ async def test_a_shutdown_while_files_are_read_hands_the_message_on_at_once(clus
     await rig.router.close(0.1)
     assert len(rig.offers.seen) == 1  # not left unseen until its deadline
     [item] = await visible(rig)
-    assert item.content[1] == {"type": "text", "text": f"[file notes.md skipped: {RESTARTED_WHILE_READING}]"}
+    skipped = untrusted("file", f"(skipped: {RESTARTED_WHILE_READING})", name="notes.md")
+    assert item.content[1] == {"type": "text", "text": skipped}

@@ -19,11 +19,13 @@ from hypothesis import strategies as st
 from slack_sdk.errors import SlackApiError
 
 from bot.agent.engine import Delivery
+from bot.agent.fence import said
 from bot.config import load_settings
 from bot.slack.events import MessageRouter
 from bot.slack.filters import classify, session_key
 from bot.slack.metrics import Metrics
 from bot.store import SqliteStore
+from bot.types import Speaker
 
 BOT = "UBOT"
 ROOTS = ("100.000001", "200.000002")
@@ -92,7 +94,8 @@ def expected_claims(order: list[tuple[Message, dict[str, Any]]]) -> list[tuple[s
             continue
         taken.add(message.ts)
         sessions.add(thread)
-        expected.append((session_key("T1", *thread), message.text.removeprefix(f"<@{BOT}> ")))
+        words = message.text.removeprefix(f"<@{BOT}> ")
+        expected.append((session_key("T1", *thread), said(Speaker("U1"), words, ts=message.ts)))
     return expected
 
 
@@ -112,6 +115,9 @@ class RecordingEngine:
 class QuietEdge:
     def __getattr__(self, name: str) -> Any:
         return lambda *args, **kwargs: None
+
+    async def speaker(self, user: str) -> Speaker:
+        return Speaker(user)
 
 
 class NoHistoryClient:

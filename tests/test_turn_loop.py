@@ -347,7 +347,9 @@ async def test_tool_results_are_truncated(core_factory: CoreFactory, fake: FakeA
     fake.script(Reply.tools(seq), Reply.text_only("Long."))
     await core.engine.run_turn(KEY, "count")
     content = tool_results(fake.requests[1])[seq["id"]]
-    head, _, note = content.partition("\n[truncated: ")
+    opening = '<untrusted source="tool" name="run_command">\n'
+    assert content.startswith(opening) and content.endswith("\n</untrusted>"), "the shell's output is fenced"
+    head, _, note = content.removeprefix(opening).removesuffix("\n</untrusted>").partition("\n[truncated: ")
     assert len(head) == 200 and note.endswith(" more characters not shown]")
     assert fake.rejections == []
 

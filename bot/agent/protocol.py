@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import uuid
 
+from bot.agent.fence import tool_output
 from bot.agent.injections import Content
 from bot.calls.models import JSON, CallStatus, ToolCall
 from bot.types import Message
@@ -63,20 +64,29 @@ def tool_result_block(call: ToolCall, max_chars: int) -> dict[str, JSON]:
         placeholder = {"status": call.status.value, "tool_call_id": call.id, "message": RUNNING_MESSAGE}
         return {"type": "tool_result", "tool_use_id": call.id, "content": json.dumps(placeholder)}
     blocks = result_blocks(call.result) if call.status is CallStatus.COMPLETED else None
-    block: dict[str, JSON] = {
-        "type": "tool_result",
-        "tool_use_id": call.id,
-        "content": truncate_blocks(blocks, max_chars) if blocks else truncate(call_outcome_text(call), max_chars),
-    }
+    if blocks:
+        content: JSON = fence_blocks(truncate_blocks(blocks, max_chars), call.tool_name)
+    elif call.status is CallStatus.COMPLETED:
+        content = tool_output(call.tool_name, truncate(call_outcome_text(call), max_chars))
+    else:
+        content = truncate(call_outcome_text(call), max_chars)  # our own words: an error, a cancel
+    block: dict[str, JSON] = {"type": "tool_result", "tool_use_id": call.id, "content": content}
     if call.status is not CallStatus.COMPLETED:
         block["is_error"] = True
     return block
 
 
+def fence_blocks(blocks: list[dict[str, JSON]], tool_name: str) -> list[dict[str, JSON]]:
+    """A result's text blocks fenced as the tool's output; images and documents pass as they are."""
+    return [
+        text_block(tool_output(tool_name, str(b.get("text", "")))) if b.get("type") == "text" else b for b in blocks
+    ]
+
+
 def late_result_note(call: ToolCall, max_chars: int) -> str:
     """The labelled note that delivers a background call's result once, after a yield."""
     header = f"[background tool result] {call.tool_name} (tool_call_id {call.id}) finished: {call.status.value}"
-    return f"{header}\n{truncate(call_outcome_text(call), max_chars)}"
+    return f"{header}\n{tool_output(call.tool_name, truncate(call_outcome_text(call), max_chars))}"
 
 
 def late_result_blocks(call: ToolCall, max_chars: int) -> list[dict[str, JSON]]:

@@ -20,7 +20,7 @@ from typing import TextIO
 from bot.agent.engine import Engine
 from bot.app import open_core
 from bot.config import Settings
-from bot.console import console_key, owns_console_session
+from bot.console import console_key, owns_console_session, typed
 from bot.console.interrupts import Interrupts
 from bot.console.output import ConsoleOutput
 from bot.console.terminal import TerminalChat
@@ -52,7 +52,7 @@ class PipedChat:
                     if line is EOF_MARK or not line.strip():
                         break
                     interrupts.reset()
-                    engine.submit(self._key, line)
+                    engine.submit(self._key, typed(line))
                     if not await self._steer_until_idle(engine):
                         break
                 # End of input: let background calls and the turns they start finish first.
@@ -76,7 +76,7 @@ class PipedChat:
             if line is EOF_MARK or not line.strip():
                 await turn
                 return False
-            engine.submit(self._key, line)
+            engine.submit(self._key, typed(line))
 
     async def _next_line(self) -> str | None:
         line = await self._reading()

@@ -29,7 +29,7 @@ from bot.agent.engine import Engine
 from bot.app import Core, anthropic_provider, open_core
 from bot.calls.models import CallStatus, ToolCall
 from bot.config import Settings
-from bot.console import console_key, owns_console_session
+from bot.console import console_key, owns_console_session, typed
 from bot.console.interrupts import Interrupts
 from bot.console.screen import TerminalOutput
 from bot.console.thinking import WatchedProvider
@@ -88,7 +88,7 @@ class TerminalChat:
                 break
             if not line.strip():
                 break
-            output.said(line, engine.submit(self._key, line))
+            output.said(line, engine.submit(self._key, typed(line)))
         if engine.is_busy(self._key):
             output.line("(letting the running turn finish — Ctrl-C cancels it)")
             await _wait_turn_with_sigint(engine, self._key, interrupts)

@@ -27,6 +27,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.agent.engine import Engine
 from bot.calls.registry import CallRegistry
 from bot.config import Settings
+from bot.slack.admission import Admission, team_of
 from bot.slack.filters import may_cancel
 from bot.slack.metrics import Metrics
 from bot.slack.output import SlackEdge
@@ -34,6 +35,7 @@ from bot.slack.output import SlackEdge
 log = logging.getLogger(__name__)
 
 NOT_YOURS = "Only the person who asked (or an allowed user) can cancel this."
+NOT_ADMITTED = "Sorry, I'm not set up to take requests from you. Please ask the people who run me for access."
 
 Forward = Callable[[str, dict[str, Any]], Awaitable[None]]
 """Hands a cancel to every replica of a cluster: a kind (`reaction`, `button`, `cancel`) and its body."""
@@ -50,8 +52,10 @@ class Canceller:
         settings: Settings,
         metrics: Metrics,
         forward: Forward | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self._forward = forward
+        self._admission = admission or Admission.of(settings)
         self._client = client
         self._engine = engine
         self._registry = registry
@@ -72,6 +76,9 @@ class Canceller:
         event = body.get("event") or {}
         user, item = str(event.get("user") or ""), event.get("item") or {}
         channel, ts = str(item.get("channel") or ""), str(item.get("ts") or "")
+        if not self._admission.admits(user, team=team_of(event), channel=channel):
+            log.info("ignoring a reaction by %s: not someone the bot answers", user)
+            return
         status = self._edge.board.find(channel, ts)
         if status is not None:
             if status.open_calls and await self._permitted(user, status.session_key):
@@ -87,14 +94,18 @@ class Canceller:
         if self._forward is not None and not forwarded:
             await self._forward("button", body)  # the replica running the call decides
             return
-        user = str((body.get("user") or {}).get("id") or "")
+        person = body.get("user") or {}
+        user = str(person.get("id") or "")
+        if not self._admission.admits(user, team=str(person.get("team_id") or "")):
+            await self._explain(body, user, NOT_ADMITTED)
+            return
         for action in body.get("actions") or []:
             call_id = str(action.get("value") or "")
             call = await self._registry.find(call_id) if call_id else None
             if call is None or call.is_final or (forwarded and self._registry.get(call_id) is None):
                 continue
             if not await self._permitted(user, call.session_key):
-                await self._explain(body, user)
+                await self._explain(body, user, NOT_YOURS)
                 continue
             self._metrics.inc("cancels_total")
             await self._registry.cancel(call_id, session_key=call.session_key, by=user)
@@ -117,14 +128,14 @@ class Canceller:
             log.info("ignoring a cancel by %s in %s: not the requester nor an allowed user", user, session_key)
         return ok
 
-    async def _explain(self, body: dict[str, Any], user: str) -> None:
+    async def _explain(self, body: dict[str, Any], user: str, text: str) -> None:
         container = body.get("container") or {}
         channel = container.get("channel_id") or (body.get("channel") or {}).get("id")
         if not channel:
             return
         try:
             await self._client.chat_postEphemeral(
-                channel=channel, user=user, text=NOT_YOURS, thread_ts=container.get("thread_ts")
+                channel=channel, user=user, text=text, thread_ts=container.get("thread_ts")
             )
         except SlackApiError as exc:
             log.info("chat.postEphemeral failed: %s", exc.response.get("error"))

@@ -26,6 +26,7 @@ from bot.app import Core, open_core
 from bot.config import Settings
 from bot.errors import ConfigError, ThreadbotError
 from bot.schedule.heartbeat import HEARTBEAT_SESSION_PREFIX
+from bot.slack.admission import Admission
 from bot.slack.app import Identity, Ingress, build_app, build_client, check_app_token, identify, slack_http_session
 from bot.slack.cancel import Canceller
 from bot.slack.edits import EditScheduler
@@ -208,6 +209,7 @@ def _ingress(
         assert node is not None
         await node.ring(kind, "", body=body)
 
+    admission = Admission.of(settings, me.team_id)
     canceller = Canceller(
         client=client,
         engine=core.engine,
@@ -216,6 +218,7 @@ def _ingress(
         settings=settings,
         metrics=metrics,
         forward=forward if node is not None else None,
+        admission=admission,
     )
     router = MessageRouter(
         client=client,
@@ -226,6 +229,7 @@ def _ingress(
         bot_user_id=me.user_id,
         metrics=metrics,
         cluster=ClusterHooks(node.offer_in, lambda key, by: canceller.cancel_turn(key, by=by)) if node else None,
+        admission=admission,
     )
     if node is not None:
         node.on("reaction", lambda ring: canceller.on_reaction(ring.extra["body"], forwarded=True))

@@ -31,11 +31,13 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.engine import Delivery, Engine
+from bot.agent.fence import said
 from bot.agent.protocol import text_block
 from bot.calls.models import utcnow
 from bot.config import Settings
+from bot.slack.admission import Admission
 from bot.slack.files import TOO_SLOW, FileLimits, FileReader, unread
-from bot.slack.filters import Incoming, addressed, allowed, classify, deleted_message, may_cancel
+from bot.slack.filters import Incoming, addressed, classify, deleted_message, may_cancel
 from bot.slack.forget import Forgetting
 from bot.slack.history import thread_context, with_context
 from bot.slack.metrics import Metrics
@@ -81,9 +83,12 @@ class MessageRouter:
         bot_user_id: str,
         metrics: Metrics,
         cluster: ClusterHooks | None = None,
+        admission: Admission | None = None,
     ) -> None:
         """With `cluster` (several replicas) a message is handed to its thread's job in the claim's own
-        transaction, and `stop` reaches the turn and the calls on whichever replica runs them."""
+        transaction, and `stop` reaches the turn and the calls on whichever replica runs them. `admission`
+        decides whom the bot answers (default: the allow-lists, teams not told apart)."""
+        self._admission = admission or Admission.of(settings)
         self._offer_in = cluster.offer_in if cluster is not None else None
         self._cancel_everywhere = cluster.cancel_everywhere if cluster is not None else None
         self._client = client
@@ -139,9 +144,7 @@ class MessageRouter:
             return
         keys = [f"event:{event_id}"] if event_id else []
         keys.append(f"msg:{incoming.channel}:{incoming.ts}")
-        settings = self._settings
-        users, channels = settings.bot_allowed_users, settings.bot_allowed_channels
-        refused = not allowed(incoming.user, incoming.channel, users=users, channels=channels)
+        refused = not self._admission.admits(incoming.user, team=incoming.user_team, channel=incoming.channel)
         if refused or (session_key is not None and (incoming.is_stop or incoming.is_forget)):
             if not await self._store.claim_event(*keys):
                 self._metrics.inc("events_duplicate_total")
@@ -161,7 +164,7 @@ class MessageRouter:
             return
         # One process acked the event already: the claim comes first, so a kill while the thread or the
         # files are read still leaves the message owed (its files as notes saying why they are missing).
-        text = incoming.text if incoming.text.strip() or incoming.files else NOTHING_SAID
+        text = await self._said(incoming)
         blocks = _content(text, unread(incoming.files)) if incoming.files else None
         item = await self._store.claim_message(
             keys, session_key or incoming.key, text, address=address, blocks=blocks, requester=incoming.user
@@ -249,8 +252,8 @@ class MessageRouter:
 
     async def _text(self, incoming: Incoming, *, new: bool) -> str:
         """The text the model gets: after the thread's earlier messages when it opens a session in an
-        existing thread, and never empty without files."""
-        text = incoming.text
+        existing thread, attributed to its author."""
+        text = await self._said(incoming)
         if new and incoming.in_thread:
             context = await thread_context(
                 self._client,
@@ -258,9 +261,15 @@ class MessageRouter:
                 thread_ts=incoming.thread_ts,
                 before_ts=incoming.ts,
                 bot_user_id=self._bot_user_id,
+                admit=lambda message: self._admission.admits_message(message, incoming.channel),
             )
             text = with_context(context, text)
-        return text if text.strip() or incoming.files else NOTHING_SAID
+        return text
+
+    async def _said(self, incoming: Incoming) -> str:
+        """The message in the one form that names its author (id and name), which its own text cannot forge."""
+        text = incoming.text if incoming.text.strip() or incoming.files else NOTHING_SAID
+        return said(await self._edge.speaker(incoming.user), text, ts=incoming.ts)
 
     def _remember(self, session_key: str, incoming: Incoming, address: dict[str, Any], *, new: bool) -> None:
         if new:

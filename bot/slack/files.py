@@ -32,6 +32,7 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.agent.fence import untrusted
 from bot.agent.protocol import text_block, truncate
 from bot.config import Settings
 
@@ -194,7 +195,7 @@ class FileReader:
             raise Skipped(f"download failed ({type(exc).__name__})") from None
 
     def _content(self, kind: str, name: str, data: bytes) -> list[Block]:
-        label = text_block(f"[file {name}]")
+        label = text_block(untrusted("file", f"(its {kind} follows)", name=name))
         if kind == "image":
             media_type = image_type(data)
             if media_type is None:
@@ -211,8 +212,8 @@ class FileReader:
         except UnicodeDecodeError:
             raise Skipped("unsupported type (binary, not UTF-8 text)") from None
         if not text.strip():
-            return [text_block(f"[file {name}: empty]")]
-        return [text_block(f"[file {name}]\n{truncate(text, self._limits.text_max_chars)}")]
+            return [text_block(untrusted("file", "(empty)", name=name))]
+        return [text_block(untrusted("file", truncate(text, self._limits.text_max_chars), name=name))]
 
 
 def kind_of(meta: dict[str, Any]) -> str | None:
@@ -242,7 +243,7 @@ def unread(files: Sequence[Any], reason: str = RESTARTED_WHILE_READING) -> list[
 
 
 def _note(name: str, reason: str) -> Block:
-    return text_block(f"[file {name} skipped: {reason}]")
+    return text_block(untrusted("file", f"(skipped: {reason})", name=name))
 
 
 def _name(meta: dict[str, Any]) -> str:

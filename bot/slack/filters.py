@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from bot.slack.admission import team_of
 from bot.text import clean_text
 
 # Subtypes that are a person saying something; every other subtype (message_changed, message_deleted,
@@ -32,6 +33,7 @@ class Incoming:
     team: str
     channel: str
     user: str
+    user_team: str  # the author's own team: in a Slack Connect channel, not always the bot's
     text: str
     ts: str
     thread_ts: str  # the thread root: the message's own ts for a top-level message
@@ -83,6 +85,7 @@ def classify(body: dict[str, Any], bot_user_id: str) -> Incoming | None:
         team=str(body.get("team_id") or event.get("team") or ""),
         channel=str(channel),
         user=str(user),
+        user_team=team_of(event),
         text=strip_mention(text, bot_user_id),
         ts=str(ts),
         thread_ts=str(event.get("thread_ts") or ts),
@@ -117,11 +120,6 @@ def addressed(incoming: Incoming, *, in_session: bool, mention_only_channels: tu
     if not in_session:
         return False
     return not ("*" in mention_only_channels or incoming.channel in mention_only_channels)
-
-
-def allowed(user: str, channel: str, *, users: tuple[str, ...], channels: tuple[str, ...]) -> bool:
-    """The allow-lists deny by default once set; an empty list lets everyone (everywhere) in."""
-    return (not users or user in users) and (not channels or channel in channels)
 
 
 def may_cancel(user: str, *, requesters: set[str], allowed_users: tuple[str, ...]) -> bool:

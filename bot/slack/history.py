@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.agent.fence import history, said
 from bot.slack.filters import strip_mention
 from bot.text import clean_text
+from bot.types import Speaker
 
 log = logging.getLogger(__name__)
 
@@ -36,12 +39,17 @@ FOOTER = "[The message addressed to you]"
 UNREAD = "[… later replies not read: the thread is too long]"
 
 
-def _speaker(message: dict[str, Any], bot_user_id: str) -> str:
-    if message.get("user") == bot_user_id:
-        return "you (the bot)"
-    if message.get("bot_id") and not message.get("user"):
-        return f"bot {message.get('username') or message['bot_id']}"
-    return f"<@{message.get('user', 'unknown')}>"
+def _line(message: dict[str, Any], bot_user_id: str, max_chars: int | None = None) -> str:
+    """One earlier message, attributed to its author in the form the model is told to trust."""
+    user = str(message.get("user") or "")
+    if user == bot_user_id:
+        speaker = Speaker(user, "you (the bot)")
+    elif message.get("bot_id") and not user:
+        speaker = Speaker(str(message["bot_id"]), f"bot {message.get('username') or message['bot_id']}")
+    else:
+        speaker = Speaker(user or "unknown")
+    text = strip_mention(message["text"], bot_user_id)
+    return said(speaker, text[:max_chars] if max_chars is not None else text, ts=str(message.get("ts") or "") or None)
 
 
 def format_context(
@@ -53,32 +61,43 @@ def format_context(
     max_chars: int = MAX_CHARS,
     skipped: int = 0,
     unread: bool = False,
+    admit: Callable[[dict[str, Any]], bool] | None = None,
 ) -> str | None:
     """One block of text quoting the thread before `before_ts`; None when there is nothing before it.
 
     `messages` is the root then replies, oldest first; `skipped` counts earlier replies the reader already
-    left out, `unread` says it stopped before reaching `before_ts`.
+    left out, `unread` says it stopped before reaching `before_ts`. Messages `admit` refuses (people the bot
+    does not answer) are left out, and one line says how many: what they wrote must not steer the model.
     """
-    earlier = [m for m in messages if _said_before(m, before_ts)]
+    said_before = [m for m in messages if _said_before(m, before_ts)]
+    earlier = [m for m in said_before if admit is None or _ours(m, bot_user_id) or admit(m)]
+    refused = len(said_before) - len(earlier)
+    left_out = [f"[{refused} messages from people not allowed to talk to you were left out]"] if refused else []
     if not earlier:
-        return None
+        return clean_text("\n".join([HEADER, history(left_out)])) if refused else None
     root, replies = earlier[0], earlier[1:]
     lines: list[str] = []
     budget = max_chars
     for message in reversed(replies[-(max_messages - 1) :] if max_messages > 1 else []):
-        line = f"{_speaker(message, bot_user_id)}: {strip_mention(message['text'], bot_user_id)}"
+        line = _line(message, bot_user_id)
         if len(line) > budget:
             break
         lines.append(line)
         budget -= len(line) + 1
     skipped += len(replies) - len(lines)
-    root_line = f"{_speaker(root, bot_user_id)}: {strip_mention(root['text'], bot_user_id)}"[: max(budget, 200)]
+    root_line = _line(root, bot_user_id, max(budget, 200))
     quoted = [root_line, *([f"[… {skipped} earlier replies not shown]"] if skipped else []), *reversed(lines)]
-    return clean_text("\n".join([HEADER, *quoted, *([UNREAD] if unread else [])]))  # earlier messages too
+    return clean_text("\n".join([HEADER, history([*quoted, *left_out, *([UNREAD] if unread else [])])]))
 
 
 async def thread_context(
-    client: AsyncWebClient, *, channel: str, thread_ts: str, before_ts: str, bot_user_id: str
+    client: AsyncWebClient,
+    *,
+    channel: str,
+    thread_ts: str,
+    before_ts: str,
+    bot_user_id: str,
+    admit: Callable[[dict[str, Any]], bool] | None = None,
 ) -> str | None:
     """Read the thread up to the mention (see the module doc) and format it; None when there is nothing."""
     root: dict[str, Any] | None = None
@@ -109,8 +128,18 @@ async def thread_context(
     if root is None:
         return None
     return format_context(
-        [root, *newest], bot_user_id=bot_user_id, before_ts=before_ts, skipped=read - len(newest), unread=unread
+        [root, *newest],
+        bot_user_id=bot_user_id,
+        before_ts=before_ts,
+        skipped=read - len(newest),
+        unread=unread,
+        admit=admit,
     )
+
+
+def _ours(message: dict[str, Any], bot_user_id: str) -> bool:
+    """The bot's own posts are always quoted: the allow-lists are about people."""
+    return message.get("user") == bot_user_id
 
 
 def _said_before(message: dict[str, Any], before_ts: str) -> bool:

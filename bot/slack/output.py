@@ -50,7 +50,7 @@ from bot.slack.sessions import Sessions
 from bot.slack.status import StatusBoard, StatusMessage
 from bot.slack.uploads import ANSWER_FILE, UPLOAD_OVER_CHARS, answer_comment, upload
 from bot.store import OwedMessage, Store
-from bot.types import ReminderOutcome, ReminderPost, TurnOutcome
+from bot.types import ReminderOutcome, ReminderPost, Speaker, TurnOutcome
 from tools.base import SharedFile
 
 log = logging.getLogger(__name__)
@@ -308,6 +308,9 @@ class SlackEdge:
 
     async def requesters(self, key: str, *, from_store: bool = False) -> set[str]:
         return await self._sessions.requesters(key, from_store=from_store)
+
+    async def speaker(self, user: str) -> Speaker:
+        return await self._sessions.speaker(user)
 
     async def user_timezone(self, key: str) -> str | None:
         return await self._sessions.user_timezone(key)

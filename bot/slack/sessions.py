@@ -23,6 +23,7 @@ from bot.slack.filters import session_key
 from bot.slack.queues import Operation
 from bot.slack.reply import ReplyStream
 from bot.store import Store
+from bot.types import Speaker
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,8 @@ class Sessions:
         self._store: Store | None = None
         self._states: OrderedDict[str, SessionState] = OrderedDict()
         self._requests: OrderedDict[tuple[str, str], str] = OrderedDict()
-        self._timezones: dict[str, str | None] = {}
+        self._profiles: dict[str, dict[str, Any]] = {}
+        """users.info answers by user id: a person's time zone and the name the model knows them by."""
 
     def attach(self, store: Store) -> None:
         self._store = store
@@ -171,12 +173,25 @@ class Sessions:
         user = await self.asker(key)
         if not user:
             return None
-        if user not in self._timezones:
+        tz = (await self._profile(user)).get("tz")
+        return str(tz) if tz else None
+
+    async def speaker(self, user: str) -> Speaker:
+        """The person as the model names them: their id, and their display name when Slack says it."""
+        profile = await self._profile(user)
+        names = profile.get("profile")
+        names = names if isinstance(names, dict) else {}
+        name = names.get("display_name") or names.get("real_name") or profile.get("real_name") or profile.get("name")
+        return Speaker(user, str(name or ""))
+
+    async def _profile(self, user: str) -> dict[str, Any]:
+        """users.info for `user`, cached; a failed lookup is not cached (the next one may work)."""
+        if user not in self._profiles:
             try:
                 response = await self._client.users_info(user=user)
-                profile = response.get("user") or {}
-                self._timezones[user] = profile.get("tz") if isinstance(profile, dict) else None
             except SlackApiError as exc:
                 log.warning("users.info %s failed: %s", user, exc.response.get("error"))
-                return None
-        return self._timezones[user]
+                return {}
+            found = response.get("user")
+            self._profiles[user] = found if isinstance(found, dict) else {}
+        return self._profiles[user]

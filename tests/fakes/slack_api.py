@@ -125,6 +125,8 @@ class StoredMessage:
     deleted: bool = False
     extra: JsonDict = field(default_factory=dict)
     history: list[Revision] = field(default_factory=list)
+    user_team: str = TEAM_ID
+    """The author's own team: another organisation's in a Slack Connect channel (``users[uid]["team_id"]``)."""
 
     @property
     def is_bot(self) -> bool:
@@ -147,6 +149,8 @@ class StoredMessage:
         ``metadata=False`` leaves out the message metadata, as conversations.history/replies do unless asked
         with ``include_all_metadata``."""
         out: JsonDict = {"type": "message", "ts": self.ts, "user": self.user, "text": self.text, "team": TEAM_ID}
+        if not self.is_bot:
+            out |= {"user_team": self.user_team, "source_team": self.user_team}
         if self.blocks is not None:
             out["blocks"] = self.blocks
         if self.bot_id:
@@ -1072,7 +1076,7 @@ class FakeSlack:
         name = str(override.get("name", "threadbot" if uid == BOT_USER_ID else f"user_{uid.lower()}"))
         user: JsonDict = {
             "id": uid,
-            "team_id": TEAM_ID,
+            "team_id": self.team_of(uid),
             "name": name,
             "real_name": name.title(),
             "deleted": False,
@@ -1189,6 +1193,7 @@ class FakeSlack:
             "reaction": reaction,
             "item": {"type": "message", "channel": channel, "ts": ts},
             "item_user": message.user if message is not None else "U1",
+            "user_team": self.team_of(user),
             "event_ts": self._next_ts(),
         }
 
@@ -1229,7 +1234,7 @@ class FakeSlack:
                 "id": user,
                 "username": f"user_{user.lower()}",
                 "name": f"user_{user.lower()}",
-                "team_id": TEAM_ID,
+                "team_id": self.team_of(user),
             },
             "api_app_id": APP_ID,
             "token": VERIFICATION_TOKEN,
@@ -1248,8 +1253,19 @@ class FakeSlack:
     def _store_user_message(
         self, channel: str, text: str, user: str, thread_ts: str | None, ts: str | None
     ) -> StoredMessage:
-        message = StoredMessage(channel=channel, ts=self._claim_ts(ts), text=text, user=user, thread_ts=thread_ts)
+        message = StoredMessage(
+            channel=channel,
+            ts=self._claim_ts(ts),
+            text=text,
+            user=user,
+            thread_ts=thread_ts,
+            user_team=self.team_of(user),
+        )
         return self._store(message)
+
+    def team_of(self, user: str) -> str:
+        """A person's own team: the workspace's, unless ``users`` gives them another (``team_id``)."""
+        return str(self.users.get(user, {}).get("team_id", TEAM_ID))
 
     def _message_event(self, event_type: str, message: StoredMessage) -> JsonDict:
         event: JsonDict = {
@@ -1260,6 +1276,8 @@ class FakeSlack:
             "ts": message.ts,
             "event_ts": message.ts,
             "team": TEAM_ID,
+            "user_team": message.user_team,
+            "source_team": message.user_team,
             "client_msg_id": str(uuid.uuid4()),
         }
         if message.thread_ts:
