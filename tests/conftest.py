@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,6 +84,15 @@ def hermetic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
             if name.startswith(HERMETIC_PREFIXES):
                 patch.delenv(name)
         yield
+
+
+@pytest.fixture
+def needs_bwrap() -> None:
+    """Skip without bwrap on a developer's machine; fail under CI, where the sandbox must be tested."""
+    if shutil.which("bwrap") is None:
+        if os.environ.get("CI"):
+            pytest.fail("bwrap is not installed (Debian package bubblewrap): the shell sandbox is untested")
+        pytest.skip("bwrap is not installed (Debian package bubblewrap)")
 
 
 @pytest.fixture

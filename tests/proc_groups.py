@@ -12,6 +12,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from tools.run_command import shell_tool
 from tools.sandbox import Sandbox, ShellPolicy
 
@@ -63,3 +65,13 @@ async def assert_group_gone(pgid: int, *, live_within_s: float = 0.5) -> None:
     except ProcessLookupError:
         return
     raise AssertionError(f"group {pgid} exists")
+
+
+async def cancel_and_assert_gone(task: asyncio.Task[object], pgid: int, *, stops_s: float) -> None:
+    """Cancel a running command's task: it ends within `stops_s`, and its whole group with it."""
+    start = time.perf_counter()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert time.perf_counter() - start < stops_s
+    await assert_group_gone(pgid)

@@ -9,8 +9,6 @@ tests: a sandbox that is never exercised is not known to work.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +17,7 @@ from daemon_rig import WAIT_S, World, mention, wait_text
 from fakes.anthropic_api import Reply, tool_results, tool_use
 from proc_groups import REAP_WAIT_S
 
-pytestmark = [pytest.mark.timeout(90), pytest.mark.asyncio(loop_scope="module")]
+pytestmark = [pytest.mark.timeout(90), pytest.mark.asyncio(loop_scope="module"), pytest.mark.usefixtures("needs_bwrap")]
 
 SECRETS = {
     "SLACK_BOT_TOKEN": "xoxb-test",  # the harness's fake token: it must not show either
@@ -31,14 +29,6 @@ DOTENV_SECRET = "dotenv-e2e-signing-secret"
 HEARTBEAT = "- [ ] the operator's real heartbeat task\n"
 MARKER_SLEEP = "613.25"
 """A sleep no other test runs, so its processes can be found in /proc."""
-
-
-@pytest.fixture(autouse=True)
-def bwrap_present() -> None:
-    if shutil.which("bwrap") is None:
-        if os.environ.get("CI"):
-            pytest.fail("bwrap is not installed (Debian package bubblewrap): the shell sandbox is untested")
-        pytest.skip("bwrap is not installed (Debian package bubblewrap)")
 
 
 def _result_text(request: dict[str, Any], use: dict[str, Any]) -> str:

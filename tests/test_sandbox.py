@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from proc_groups import assert_group_gone, live_members
+from proc_groups import assert_group_gone, cancel_and_assert_gone, live_members
 
 from bot.check import check_shell
 from bot.config import load_settings
@@ -27,12 +25,7 @@ STOPS_S = 5.0
 """Far inside the 30 s a command would take; loose enough for a loaded machine."""
 
 
-@pytest.fixture(autouse=True)
-def bwrap_present() -> None:
-    if shutil.which("bwrap") is None:
-        if os.environ.get("CI"):
-            pytest.fail("bwrap is not installed (Debian package bubblewrap): the shell sandbox is untested")
-        pytest.skip("bwrap is not installed (Debian package bubblewrap)")
+pytestmark = pytest.mark.usefixtures("needs_bwrap")
 
 
 class Probe:
@@ -61,12 +54,7 @@ async def test_cancel_kills_everything_the_sandboxed_command_started(tmp_path: P
     await asyncio.wait_for(probe.logged.wait(), 15)
     [pgid] = probe.groups
     assert len(live_members(pgid)) >= 4  # prlimit became bwrap, its child, the supervisor, the sleeps
-    start = time.perf_counter()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert time.perf_counter() - start < STOPS_S
-    await assert_group_gone(pgid)
+    await cancel_and_assert_gone(task, pgid, stops_s=STOPS_S)
 
 
 async def test_timeout_and_output_bounds_hold_in_the_sandbox(tmp_path: Path) -> None:

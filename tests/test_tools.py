@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from proc_groups import ECHO_PGID, assert_group_gone, group_exists
+from proc_groups import ECHO_PGID, assert_group_gone, cancel_and_assert_gone, group_exists
 from proc_groups import UNFENCED_SHELL as run_command
 
 from tools import builtin_tools
@@ -199,12 +199,7 @@ async def test_run_command_cancel_kills_the_whole_process_group(tmp_path: Path) 
     await recorder.wait_count(1)
     pgid = int(recorder.entries[0][2].split()[1])
     assert group_exists(pgid)
-    start = time.perf_counter()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert time.perf_counter() - start < STOPS_S
-    await assert_group_gone(pgid)
+    await cancel_and_assert_gone(task, pgid, stops_s=STOPS_S)
 
 
 async def test_run_command_timeout_fails_and_kills_the_group(tmp_path: Path) -> None:
