@@ -91,6 +91,7 @@ async def test_the_claim_returns_before_the_files_are_read_and_the_job_waits_for
     assert rig.offers.seen == [] and await rig.store.open_inbox() == {}  # claimed, unseen, no job yet
     held.set()
     await rig.slack.wait_for(lambda: rig.offers.seen, WAIT_S, "the thread's job")
+    await rig.router.close(WAIT_S)  # the offer is seen inside the transaction: let it commit
     notes = {"type": "text", "text": untrusted("file", "# Notes\n", name="notes.md")}
     whole = json.dumps([{"type": "text", "text": said(U1, "summarise", ts=event["ts"])}, notes])
     assert rig.offers.seen == [[whole]]  # queued in the transaction that made the message whole
@@ -106,6 +107,7 @@ async def test_files_that_take_too_long_are_noted_and_the_message_goes_on(
     rig.slack.files.hold_downloads()  # never answered
     await share_notes(rig)
     await rig.slack.wait_for(lambda: rig.offers.seen, WAIT_S, "the thread's job")
+    await rig.router.close(WAIT_S)
     [item] = await visible(rig)
     assert item.content[1] == {"type": "text", "text": untrusted("file", f"(skipped: {TOO_SLOW})", name="notes.md")}
 
