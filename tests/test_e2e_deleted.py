@@ -13,7 +13,9 @@ from tools.sandbox import session_dir
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.asyncio(loop_scope="module")]
 
-SECRET = "my password is HUNTER2-LEAKED"
+SECRET = "my <b>password</b> & PIN is HUNTER2-LEAKED"
+"""With the characters the attributed form escapes: stored, the text does not read as typed."""
+WORD = b"HUNTER2-LEAKED"
 
 
 def db_bytes(data_dir: Path) -> bytes:
@@ -29,20 +31,20 @@ async def test_a_deleted_message_leaves_the_database_and_what_the_model_sees(own
     await wait_text(slack, own.channel, root["ts"], "Noted.")
     leaked = await reply(slack, own.channel, root["ts"], SECRET)
     await wait_text(slack, own.channel, root["ts"], "Noted again.")
-    assert SECRET.encode() in db_bytes(daemon.data_dir)
+    assert WORD in db_bytes(daemon.data_dir)
 
     await slack.wait_ack(await slack.send_event(slack.message_deleted(own.channel, leaked["ts"])))
     await slack.wait_for(
-        lambda: "removed from" in daemon.log() and SECRET.encode() not in db_bytes(daemon.data_dir),
+        lambda: "removed from" in daemon.log() and WORD not in db_bytes(daemon.data_dir),
         10,
         "the deleted text gone from the database files",
     )
     await reply(slack, own.channel, root["ts"], "and now?")
     await wait_text(slack, own.channel, root["ts"], "Ok.")
     last = own.requests("help me log in")[-1]
-    assert SECRET not in str(last["messages"]), "the model no longer sees it"
+    assert WORD.decode() not in str(last["messages"]), "the model no longer sees it"
     assert "[a message deleted in Slack]" in str(last["messages"])
-    assert SECRET.encode() not in db_bytes(daemon.data_dir)
+    assert WORD not in db_bytes(daemon.data_dir)
 
 
 async def test_forget_by_the_starter_after_the_button_leaves_no_trace_and_strangers_are_refused(own: World) -> None:
@@ -53,7 +55,7 @@ async def test_forget_by_the_starter_after_the_button_leaves_no_trace_and_strang
     own.script.add("keep this", Reply.text_only("Kept."))
     root = await mention(slack, own.channel, f"keep this: {SECRET}")
     await wait_text(slack, own.channel, root["ts"], "Kept.")
-    assert SECRET.encode() in db_bytes(daemon.data_dir)
+    assert WORD in db_bytes(daemon.data_dir)
 
     await reply(slack, own.channel, root["ts"], "forget", user="USTRANGER")
     await wait_text(slack, own.channel, root["ts"], "Only the person who started this thread")
@@ -68,10 +70,10 @@ async def test_forget_by_the_starter_after_the_button_leaves_no_trace_and_strang
     click = slack.block_action(own.channel, question.ts, "forget_session", value, user="USTRANGER")
     await slack.wait_ack(await slack.send_interactive(click))
     await slack.wait_for(lambda: any(e.user == "USTRANGER" for e in slack.ephemerals), 10, "the stranger's refusal")
-    assert SECRET.encode() in db_bytes(daemon.data_dir), "a stranger's click forgets nothing"
+    assert WORD in db_bytes(daemon.data_dir), "a stranger's click forgets nothing"
 
     click = slack.block_action(own.channel, question.ts, "forget_session", value, user="U1")
     await slack.wait_ack(await slack.send_interactive(click))
     await slack.wait_for(lambda: question.text.startswith("Forgotten"), 10, "the confirmation edited to say so")
-    await slack.wait_for(lambda: SECRET.encode() not in db_bytes(daemon.data_dir), 10, "no trace in the files")
+    await slack.wait_for(lambda: WORD not in db_bytes(daemon.data_dir), 10, "no trace in the files")
     assert not files.exists(), "the session's work dir goes with it"

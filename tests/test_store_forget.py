@@ -8,10 +8,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from bot.agent.fence import said
 from bot.calls.models import ToolCall, utcnow
 from bot.schedule.retention import Retention
 from bot.store import NewReminder, ReminderKind, SqliteStore, Store
-from bot.types import Usage
+from bot.types import Speaker, Usage
 from tools.sandbox import session_dir
 
 SECRET = "the launch code is ZEBRA-7741"
@@ -90,14 +91,43 @@ async def test_a_forgotten_text_leaves_the_sqlite_files_bytes(tmp_path: Path) ->
         await store.close()
 
 
-async def test_redact_text_replaces_a_deleted_message_everywhere_it_was_stored(any_store: Store) -> None:
+TAGGED = 'my <b>PIN</b> & "code" is\nKESTREL-9031'
+"""What a person types with the characters `said` escapes: stored, it reads nothing like this."""
+
+
+async def said_everywhere(store: Store, key: str, message_ts: str, text: str) -> None:
+    """A person's message stored as the router stores it: inbox row, history, compacted into the archive."""
+    line = said(Speaker("U1", "Ada"), text, ts=message_ts)
+    other = said(Speaker("U2", "Bo"), "unrelated", ts="9.9")
+    await store.claim_message([f"event:{message_ts}"], key, line, address={}, blocks=[{"type": "text", "text": line}])
+    await store.append_messages(key, [{"role": "user", "content": [{"type": "text", "text": f"{other}\n{line}"}]}])
+    await store.replace_messages(key, [{"role": "user", "content": line}, {"role": "assistant", "content": "ok"}])
+
+
+async def test_redact_message_replaces_a_deleted_message_everywhere_it_was_stored(any_store: Store) -> None:
     store = any_store
     key = "slack:T1:C1:1.0"
-    quoted = 'a "quoted"\nsecret'  # escaped in the stored JSON: still found
-    await store.claim_message(["event:1"], key, quoted, address={}, blocks=[{"type": "text", "text": quoted}])
-    await store.append_messages(key, [{"role": "user", "content": [{"type": "text", "text": f"U1 said: {quoted}"}]}])
-    await store.replace_messages(key, [{"role": "user", "content": quoted}, {"role": "assistant", "content": "ok"}])
-    assert await store.redact_text(key, quoted) == 3  # the message, its archived original, the inbox row
-    assert quoted not in str(await store.message_archive(key))
-    assert (await store.load_messages(key))[0]["content"] == "[a message deleted in Slack]"
-    assert await store.redact_text(key, "") == 0 and await store.redact_text("slack:none", quoted) == 0
+    await said_everywhere(store, key, "1.5", TAGGED)
+    assert await store.redact_message(key, "1.5") == 3  # the message, its archived original, the inbox row
+    archive = str(await store.message_archive(key))
+    assert "KESTREL" not in archive and "unrelated" in archive, "only that message goes"
+    content = (await store.load_messages(key))[0]["content"]
+    assert content == '<message from="U1" name="Ada" ts="1.5">[a message deleted in Slack]</message>'
+    async with store._read() as db:
+        inbox = await db.fetch("SELECT text, blocks FROM inbox")
+    assert "KESTREL" not in str([tuple(row) for row in inbox])
+    assert await store.redact_message(key, "") == 0 and await store.redact_message("slack:none", "1.5") == 0
+    assert await store.redact_message(key, "7.7") == 0, "a message never stored changes nothing"
+
+
+async def test_a_deleted_message_with_markup_leaves_the_sqlite_files_bytes(tmp_path: Path) -> None:
+    db_path = tmp_path / "bot.db"
+    store = await SqliteStore.open(db_path)
+    try:
+        await said_everywhere(store, "slack:T1:C1:1.0", "1.5", TAGGED)
+        assert b"KESTREL-9031" in db_bytes(db_path)
+        await store.redact_message("slack:T1:C1:1.0", "1.5")
+        assert b"KESTREL-9031" not in db_bytes(db_path), "its words, escaped or not, leave no copy"
+        assert b"&lt;b&gt;PIN" not in db_bytes(db_path) and b"<b>PIN" not in db_bytes(db_path)
+    finally:
+        await store.close()

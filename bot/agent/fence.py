@@ -8,6 +8,7 @@ as inert text inside its own boundary. The system prompt says what the tags mean
 
 from __future__ import annotations
 
+import re
 from html import escape
 
 from bot.types import Speaker
@@ -32,6 +33,20 @@ def said(speaker: Speaker, text: str, *, ts: str | None = None) -> str:
     """What `speaker` wrote, attributed in the one form their own text cannot imitate."""
     attrs = _attrs({"from": speaker.id, "name": speaker.name or None, "ts": ts})
     return f"<message{attrs}>{escape(text, quote=False)}</message>"
+
+
+def said_at(ts: str) -> str:
+    """How `said` marks the message posted at `ts` (the end of its opening tag), to find it again."""
+    return f' ts="{escape(ts, quote=True)}">'
+
+
+def unsay(text: str, ts: str, placeholder: str) -> str:
+    """`text` with what the message posted at `ts` said replaced by `placeholder`, wherever `said` wrapped it.
+
+    The message is found by its ts, not its words: its words are stored escaped (and a deleted "ok" must not
+    take every other "ok" with it). Its author stays, so the thread still reads as who said what."""
+    pattern = re.compile(rf"(<message[^>]*{re.escape(said_at(ts))}).*?(</message>)", re.DOTALL)
+    return pattern.sub(lambda found: f"{found[1]}{escape(placeholder, quote=False)}{found[2]}", text)
 
 
 def history(lines: list[str]) -> str:

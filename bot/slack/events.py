@@ -117,8 +117,8 @@ class MessageRouter:
 
     async def handle(self, body: dict[str, Any]) -> None:
         """One `message` or `app_mention` event, start to finish."""
-        if (deleted := deleted_message(body, self._bot_user_id)) is not None:
-            await self._forget_text(*deleted)
+        if (deleted := deleted_message(body)) is not None:
+            await self._forget_message(*deleted)
             return
         incoming = classify(body, self._bot_user_id)
         if incoming is None:
@@ -127,13 +127,13 @@ class MessageRouter:
         async with self._locks.hold(incoming.key):
             await self._route(incoming, str(body.get("event_id") or ""))
 
-    async def _forget_text(self, key: str, text: str) -> None:
+    async def _forget_message(self, key: str, message_ts: str) -> None:
         """A message deleted in Slack leaves the stored history, and so what the model sees from the next turn."""
         session_key = await self._store.resolve(key)
         if session_key is None:
             self._metrics.inc("events_ignored_total")
             return
-        changed = await self._store.redact_text(session_key, text)
+        changed = await self._store.redact_message(session_key, message_ts)
         log.info("a message deleted in Slack was removed from %d stored rows of %s", changed, session_key)
 
     async def _route(self, incoming: Incoming, event_id: str) -> None:

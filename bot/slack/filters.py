@@ -95,20 +95,19 @@ def classify(body: dict[str, Any], bot_user_id: str) -> Incoming | None:
     )
 
 
-def deleted_message(body: dict[str, Any], bot_user_id: str) -> tuple[str, str] | None:
-    """(session key, text as it was stored) of a `message_deleted` event, or None for any other event.
+def deleted_message(body: dict[str, Any]) -> tuple[str, str] | None:
+    """(session key, ts of the deleted message) of a `message_deleted` event, or None for any other event.
 
-    Slack sends the deleted message as `previous_message`; its text is cleaned as `classify` cleaned it."""
+    The ts is what finds the message again: it is stored in its attributed form, escaped, not as typed."""
     event = body.get("event") or {}
     if event.get("type") != "message" or event.get("subtype") != "message_deleted":
         return None
     previous = event.get("previous_message") or {}
     channel, ts = event.get("channel"), previous.get("ts") or event.get("deleted_ts")
-    text = strip_mention(clean_text(str(previous.get("text") or "")), bot_user_id)
-    if not channel or not ts or not text:
+    if not channel or not ts:
         return None
     team = str(body.get("team_id") or event.get("team") or "")
-    return session_key(team, str(channel), str(previous.get("thread_ts") or ts)), text
+    return session_key(team, str(channel), str(previous.get("thread_ts") or ts)), str(ts)
 
 
 def addressed(incoming: Incoming, *, in_session: bool, mention_only_channels: tuple[str, ...]) -> bool:

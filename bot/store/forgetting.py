@@ -7,6 +7,9 @@ stays is `model_usage`: token totals, which name the session but hold none of it
 
 A session is idle since its newest trace: the last message appended, inbox row claimed or call
 created, or its creation when it has none. No column of its own is needed for that.
+
+A message deleted in Slack goes on its own: found by the ts its attributed form carries, its words are
+replaced wherever the session stored them, and the rest of the conversation stays.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any
 
+from bot.agent.fence import said_at, unsay
 from bot.store.db import Db
 from bot.store.schema import dumps, ts
 
@@ -48,28 +52,31 @@ class ForgetQueries(ABC):
             rows = await db.fetch(_LAST_SEEN, f"{prefix}%", moment, moment, moment, moment)
         return [str(row[0]) for row in rows]
 
-    async def redact_text(self, key: str, text: str) -> int:
-        """Replace every occurrence of `text` in the session's messages, archive and inbox with `REDACTED`
-        (a message deleted in Slack); returns how many rows changed. Unknown sessions change nothing."""
-        if not text.strip():
+    async def redact_message(self, key: str, message_ts: str) -> int:
+        """Replace what the message posted at `message_ts` said with `REDACTED` in the session's messages,
+        archive and inbox (a message deleted in Slack); returns how many rows changed. Unknown sessions and
+        messages change nothing. The message is found by the ts its attributed form carries (`said`), so its
+        text is gone whatever characters it held."""
+        if not message_ts:
             return 0
+        marker = said_at(message_ts)
+        in_json = dumps(marker)[1:-1]  # how the marker reads inside a stored JSON body
         changed = 0
-        escaped = dumps(text)[1:-1]  # how the text reads inside a stored JSON body
         async with self._write() as db:
-            for table, column, ident in (("messages", "body", "seq"), ("messages_archive", "body", "id")):
-                rows = await db.fetch(f"SELECT {ident}, {column} FROM {table} WHERE session_key = ?", key)
+            for table, ident in (("messages", "seq"), ("messages_archive", "id")):
+                rows = await db.fetch(f"SELECT {ident}, body FROM {table} WHERE session_key = ?", key)
                 for row in rows:
-                    if escaped in row[1]:
-                        body = dumps(_redacted(json.loads(row[1]), text))
-                        sql = f"UPDATE {table} SET {column} = ? WHERE session_key = ? AND {ident} = ?"
+                    if in_json in row[1]:
+                        body = dumps(_redacted(json.loads(row[1]), message_ts))
+                        sql = f"UPDATE {table} SET body = ? WHERE session_key = ? AND {ident} = ?"
                         await db.execute(sql, (body, key, row[0]))
                         changed += 1
             rows = await db.fetch("SELECT id, text, blocks FROM inbox WHERE session_key = ?", key)
             for row in rows:
-                if text in row[1] or (row[2] is not None and escaped in row[2]):
-                    blocks = None if row[2] is None else dumps(_redacted(json.loads(row[2]), text))
+                if marker in row[1] or (row[2] is not None and in_json in row[2]):
+                    blocks = None if row[2] is None else dumps(_redacted(json.loads(row[2]), message_ts))
                     sql = "UPDATE inbox SET text = ?, blocks = ? WHERE id = ?"
-                    await db.execute(sql, (row[1].replace(text, REDACTED), blocks, row[0]))
+                    await db.execute(sql, (unsay(row[1], message_ts, REDACTED), blocks, row[0]))
                     changed += 1
         if changed:
             await self._scrub()
@@ -88,12 +95,12 @@ class ForgetQueries(ABC):
         """Make deleted rows leave the database's bytes as far as the back end can."""
 
 
-def _redacted(value: Any, text: str) -> Any:
-    """`value` (parsed JSON) with `text` replaced in every string it holds."""
+def _redacted(value: Any, message_ts: str) -> Any:
+    """`value` (parsed JSON) with the message posted at `message_ts` unsaid in every string it holds."""
     if isinstance(value, str):
-        return value.replace(text, REDACTED)
+        return unsay(value, message_ts, REDACTED)
     if isinstance(value, list):
-        return [_redacted(item, text) for item in value]
+        return [_redacted(item, message_ts) for item in value]
     if isinstance(value, dict):
-        return {name: _redacted(item, text) for name, item in value.items()}
+        return {name: _redacted(item, message_ts) for name, item in value.items()}
     return value
