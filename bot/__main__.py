@@ -22,6 +22,8 @@ from bot.variables import misspelt
 log = logging.getLogger("bot")
 QUIET = ("console", "oneshot")
 """Commands whose stderr a person reads next to their answers: warnings and errors only."""
+AGENT_COMMANDS = ("run", "console", "oneshot", "check")
+"""Commands that run the agent, or check what running it needs: they refuse a shell that would run unfenced."""
 
 SLACK_ONLY = frozenset(
     {
@@ -172,6 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 async def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
+    if args.command in AGENT_COMMANDS:
+        settings.require_sandbox()
     # Imported per command, so `console` and `oneshot` never load the Slack libraries.
     if args.command == "run":
         from bot.slack.daemon import serve

@@ -187,14 +187,6 @@ class Settings(BaseSettings):
                 raise ValueError(f"{reason}; it is never passed to run_command")
         return value
 
-    @field_validator("bot_shell_sandbox")
-    @classmethod
-    def _sandbox_installed(cls, value: Sandbox, info: ValidationInfo) -> Sandbox:
-        """Without bwrap the shell would run unfenced; only an explicit `none` may choose that."""
-        if value is Sandbox.BWRAP and info.data.get("bot_enable_shell") and shutil.which("bwrap") is None:
-            raise ValueError("bwrap not found; install the Debian package bubblewrap, or set BOT_SHELL_SANDBOX=none")
-        return value
-
     @field_validator("bot_yield_strategy", mode="before")
     @classmethod
     def _yield_strategy(cls, value: Any) -> Any:
@@ -298,6 +290,14 @@ class Settings(BaseSettings):
         if not self.bot_enable_shell:
             return None
         return ShellPolicy(sandbox=self.bot_shell_sandbox, network=self.bot_shell_network, env_names=self.bot_shell_env)
+
+    def require_sandbox(self) -> None:
+        """Refuse a shell that would run unfenced: bwrap chosen (the default) but not installed; only an
+        explicit `BOT_SHELL_SANDBOX=none` may choose that. Asked by the commands that run the agent and by
+        `check`, not when the settings are read: `usage` and `migrate` never start a command."""
+        if self.bot_enable_shell and self.bot_shell_sandbox is Sandbox.BWRAP and shutil.which("bwrap") is None:
+            install = "install the Debian package bubblewrap, or set BOT_SHELL_SANDBOX=none"
+            raise ConfigError(f"BOT_SHELL_SANDBOX: bwrap not found; {install}")
 
     @property
     def heartbeat_enabled(self) -> bool:

@@ -89,12 +89,16 @@ def test_each_command_help_says_what_it_does_and_what_it_reads(
     assert {name.upper() for name in Settings.model_fields} - names <= SLACK_ONLY_UPPER
 
 
-@pytest.mark.parametrize("command", ["run", "check"])
-async def test_the_shell_without_bwrap_stops_run_and_check_with_one_line(tmp_path: Path, command: str) -> None:
+def no_bwrap_env(tmp_path: Path) -> dict[str, str]:
+    """The shell on, its sandbox the default bwrap, and a PATH where bwrap is not."""
     empty = tmp_path / "bin"
     empty.mkdir()
-    env = bare_env(PATH=str(empty), BOT_ENABLE_SHELL="1", BOT_DATA_DIR=str(tmp_path / "data"))
-    code, out, err = await run_bot(command, env=env, cwd=tmp_path)
+    return bare_env(PATH=str(empty), BOT_ENABLE_SHELL="1", BOT_DATA_DIR=str(tmp_path / "data"))
+
+
+@pytest.mark.parametrize("command", [["run"], ["check"], ["console"], ["oneshot", "hi"]])
+async def test_the_shell_without_bwrap_stops_run_and_check_with_one_line(tmp_path: Path, command: list[str]) -> None:
+    code, out, err = await run_bot(*command, env=no_bwrap_env(tmp_path), cwd=tmp_path)
     assert code == 2, out + err
     assert err.strip().splitlines() == [
         "threadbot: configuration error: BOT_SHELL_SANDBOX: bwrap not found; install the Debian package "

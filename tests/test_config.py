@@ -291,10 +291,12 @@ def test_the_source_of_a_value_is_the_environment_before_dotenv(
     assert source_of("SLACK_SIGNING_SECRET") is None
 
 
-def test_the_shell_without_bwrap_stops_with_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_shell_without_bwrap_is_refused_when_asked_not_when_read(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("bot.config.shutil.which", lambda name: None)
+    settings = load_settings(_env_file=None, bot_enable_shell=True)  # `usage` and `migrate` read it too
     with pytest.raises(
         ConfigError, match=r"^BOT_SHELL_SANDBOX: bwrap not found; install the Debian package bubblewrap"
     ):
-        load_settings(_env_file=None, bot_enable_shell=True)
-    assert load_settings(_env_file=None, bot_enable_shell=True, bot_shell_sandbox="none").shell is not None
+        settings.require_sandbox()
+    load_settings(_env_file=None, bot_enable_shell=True, bot_shell_sandbox="none").require_sandbox()
+    load_settings(_env_file=None).require_sandbox()  # the shell off: nothing to fence
