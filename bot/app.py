@@ -158,7 +158,7 @@ async def open_core(
         provider = MeteredProvider(provider, book=store, meter=usage)
         registry = CallRegistry(
             store=store,
-            work_dir=settings.bot_data_dir / "work",
+            work_dir=settings.work_root,
             max_concurrent=settings.bot_max_concurrent_tools,
             max_per_session=settings.bot_max_concurrent_tools_per_session,
             max_io=settings.bot_max_concurrent_io_tools,

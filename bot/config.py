@@ -280,6 +280,11 @@ class Settings(BaseSettings):
         return self.bot_data_dir / "bot.db"
 
     @property
+    def work_root(self) -> Path:
+        """Where `run_command` keeps each session's work dir (tools/sandbox.py `session_dir`)."""
+        return self.bot_data_dir / "work"
+
+    @property
     def database_url(self) -> str | None:
         """The PostgreSQL DSN in cluster mode, None in SQLite mode."""
         return self.bot_database_url.get_secret_value() if self.bot_database_url is not None else None

@@ -12,6 +12,7 @@ from bot.agent.fence import said
 from bot.calls.models import ToolCall, utcnow
 from bot.schedule.retention import Retention
 from bot.store import NewReminder, ReminderKind, SqliteStore, Store
+from bot.store.forgetting import Forgetting
 from bot.types import Speaker, Usage
 from tools.sandbox import session_dir
 
@@ -63,7 +64,7 @@ async def test_retention_forgets_only_sessions_idle_past_the_limit(any_store: St
         session_dir(work_root, key).mkdir(parents=True)
         (session_dir(work_root, key) / "notes.txt").write_text(SECRET)
     owns = lambda key: key.startswith("slack:")  # noqa: E731
-    retention = Retention(store, timedelta(days=90), lambda: now[0], work_root=work_root, owns=owns)
+    retention = Retention(Forgetting(store, work_root), timedelta(days=90), lambda: now[0], owns=owns)
     assert await retention.sweep() == [], "nothing is 90 days old yet"
     now[0] += timedelta(days=91)
     assert await retention.sweep() == ["slack:T1:C1:1.0"], "a pending wait keeps its session; console is not ours"
@@ -71,6 +72,19 @@ async def test_retention_forgets_only_sessions_idle_past_the_limit(any_store: St
     assert (session_dir(work_root, "slack:T1:C1:2.0") / "notes.txt").exists()
     assert await store.get_session("slack:T1:C1:1.0") is None
     assert await store.get_session("slack:T1:C1:2.0") is not None and await store.get_session("console:1")
+
+
+async def test_forgetting_a_session_takes_its_rows_and_its_files_in_one_step(any_store: Store, tmp_path: Path) -> None:
+    store, key = any_store, "slack:T1:C1:1.0"
+    await fill(store, key)
+    files = session_dir(tmp_path / "work", key)
+    files.mkdir(parents=True)
+    (files / "notes.txt").write_text(SECRET)
+    forgetting = Forgetting(store, tmp_path / "work")
+    assert await forgetting.forget(key) is True
+    assert await store.get_session(key) is None and not files.exists()
+    files.mkdir(parents=True)  # files left by a forget cut short between its two steps
+    assert await forgetting.forget(key) is False and not files.exists(), "no rows left, the files still go"
 
 
 def db_bytes(db_path: Path) -> bytes:

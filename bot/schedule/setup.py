@@ -18,6 +18,7 @@ from bot.schedule.scheduler import Periodic, Scheduler
 from bot.schedule.wait_tools import wait_tools
 from bot.schedule.zones import Zones
 from bot.store import Store
+from bot.store.forgetting import Forgetting
 from bot.types import EngineOutput, Provider, SessionFilter, TimezoneLookup
 
 HEARTBEAT_JOB_ID = "heartbeat"
@@ -61,7 +62,7 @@ def build_scheduler(
     scheduler.every(PRUNE_JOB_ID, PRUNE_INTERVAL_S, prune_seen_events)
     if settings.bot_retention_days > 0:
         keep = timedelta(days=settings.bot_retention_days)
-        retention = Retention(store, keep, now, work_root=settings.bot_data_dir / "work", owns=owns)
+        retention = Retention(Forgetting(store, settings.work_root), keep, now, owns=owns)
         scheduler.every(RETENTION_JOB_ID, RETENTION_SWEEP_S, retention.sweep)
     zones = Zones(settings.zone, user_timezone)
     for item in (

@@ -193,7 +193,7 @@ class Ingress:
 
     async def forget_button(self, body: dict[str, Any]) -> None:
         self._metrics.inc("events_received_total")
-        await self._handle(self.router.forgetting.on_button(body), "slack-forget-button")
+        await self._handle(self.router.forget_dialog.on_button(body), "slack-forget-button")
 
     def revoke(self, body: dict[str, Any]) -> None:
         """Stop using Slack when the bot token is revoked or the app uninstalled; a revoked user token is no matter.

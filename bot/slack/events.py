@@ -38,12 +38,13 @@ from bot.config import Settings
 from bot.slack.admission import Admission
 from bot.slack.files import TOO_SLOW, FileLimits, FileReader, unread
 from bot.slack.filters import Incoming, addressed, classify, deleted_message, may_cancel
-from bot.slack.forget import Forgetting
+from bot.slack.forget import ForgetDialog
 from bot.slack.history import thread_context, with_context
 from bot.slack.metrics import Metrics
 from bot.slack.output import SlackEdge
 from bot.slack.queues import KeyedLocks, TaskSet
 from bot.store import Store
+from bot.store.forgetting import Forgetting
 
 if TYPE_CHECKING:
     import psycopg
@@ -99,12 +100,11 @@ class MessageRouter:
         self._bot_user_id = bot_user_id
         self._metrics = metrics
         self._locks = KeyedLocks()
-        self.forgetting = Forgetting(
+        self.forget_dialog = ForgetDialog(
             client=client,
-            store=store,
+            forgetting=Forgetting(store, settings.work_root),
             engine=engine,
             admins=settings.bot_admin_users,
-            work_root=settings.bot_data_dir / "work",
         )
         self._files = FileReader(client, FileLimits.of(settings))
         self._reading = TaskSet()
@@ -153,7 +153,7 @@ class MessageRouter:
                 await self._deny(incoming)
             elif incoming.is_forget:
                 assert session_key is not None
-                await self.forgetting.ask(session_key, incoming.user, incoming.channel, incoming.thread_ts)
+                await self.forget_dialog.ask(session_key, incoming.user, incoming.channel, incoming.thread_ts)
             else:
                 assert session_key is not None
                 await self._stop(session_key, incoming)

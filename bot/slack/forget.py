@@ -3,13 +3,13 @@
 Only whoever started the session, or an admin of `BOT_ADMIN_USERS`, may ask, and only they may click:
 anyone else is refused in words (in the thread for the reply, ephemerally for the click). The click
 stops what the session is running, then deletes every stored row holding its text (the store says
-which, bot/store/forgetting.py) and edits the confirmation to say so.
+which, bot/store/forgetting.py) and its commands' files, as retention does, and edits the
+confirmation to say so.
 """
 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -17,8 +17,7 @@ from slack_sdk.models.blocks import ActionsBlock, ButtonElement, SectionBlock
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.engine import Engine
-from bot.store import Store
-from tools.sandbox import forget_files
+from bot.store.forgetting import Forgetting
 
 log = logging.getLogger(__name__)
 
@@ -35,18 +34,20 @@ def confirmation_blocks(session_key: str) -> list[dict[str, Any]]:
     return [SectionBlock(text=ASK).to_dict(), ActionsBlock(elements=[button]).to_dict()]
 
 
-class Forgetting:
+class ForgetDialog:
+    """The Slack side of forgetting: who may ask, the question and its button, the answer. Forgetting
+    itself is the engine's (`Forgetting`), the same for a click here and for retention."""
+
     def __init__(
-        self, *, client: AsyncWebClient, store: Store, engine: Engine, admins: tuple[str, ...], work_root: Path
+        self, *, client: AsyncWebClient, forgetting: Forgetting, engine: Engine, admins: tuple[str, ...]
     ) -> None:
-        self._work_root = work_root
         self._client = client
-        self._store = store
+        self._forgetting = forgetting
         self._engine = engine
         self._admins = admins
 
     async def may_forget(self, session_key: str, user: str) -> bool:
-        session = await self._store.get_session(session_key)
+        session = await self._forgetting.store.get_session(session_key)
         return session is not None and (user in self._admins or session.address.get("requester") == user)
 
     async def ask(self, session_key: str, user: str, channel: str, thread_ts: str) -> None:
@@ -72,8 +73,7 @@ class Forgetting:
                 )
                 return
             await self._engine.cancel_turn(session_key, by=user)
-            await self._store.forget_session(session_key)
-            forget_files(self._work_root, session_key)
+            await self._forgetting.forget(session_key)
             log.info("forgot session %s at the request of %s", session_key, user)
             await self._client.chat_update(channel=channel, ts=str(message.get("ts")), text=DONE, blocks=[])
         except SlackApiError as exc:

@@ -17,12 +17,18 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from bot.agent.fence import said_at, unsay
 from bot.store.db import Db
 from bot.store.schema import dumps, ts
+from tools.sandbox import forget_files
+
+if TYPE_CHECKING:
+    from bot.store.store import Store
 
 REDACTED = "[a message deleted in Slack]"
 
@@ -93,6 +99,25 @@ class ForgetQueries(ABC):
     @abstractmethod
     async def _scrub(self) -> None:
         """Make deleted rows leave the database's bytes as far as the back end can."""
+
+
+@dataclass(frozen=True, slots=True)
+class Forgetting:
+    """Forgetting one session, the one way both retention and a `forget` reply do it.
+
+    A session's text lives in two places, the store's rows and the work dir its commands wrote in, and the
+    two callers must not drift apart: a place a session comes to keep text in is added here once, and
+    neither of them can forget a thread's rows and leave its files behind (or the other way round)."""
+
+    store: Store
+    work_root: Path
+
+    async def forget(self, key: str) -> bool:
+        """Delete the session's rows (token totals stay) and its commands' files; False if no row was left.
+        The files go either way: a session forgotten halfway (a crash between the two) is finished here."""
+        known = await self.store.forget_session(key)
+        forget_files(self.work_root, key)
+        return known
 
 
 def _redacted(value: Any, message_ts: str) -> Any:
