@@ -105,8 +105,8 @@ async def test_first_mention_inside_a_thread_brings_the_thread_as_context(rig: R
     assert first == (
         "[Earlier messages in this Slack thread, for context]\n"
         '<untrusted source="history">\n'
-        f'<message from="U2" ts="{root["ts"]}">the deploy failed at step 3</message>\n'
-        f'<message from="U3" ts="{reply["ts"]}">logs say disk full</message>\n'
+        f'<message from="U2" name="user_u2" ts="{root["ts"]}">the deploy failed at step 3</message>\n'
+        f'<message from="U3" name="user_u3" ts="{reply["ts"]}">logs say disk full</message>\n'
         "</untrusted>\n\n"
         "[The message addressed to you]\n"
         f'<message from="U1" name="user_u1" ts="{mention["ts"]}">what should we do?</message>'
@@ -195,11 +195,11 @@ async def test_a_long_thread_gives_its_newest_replies_as_context(rig: Rig, monke
     assert lines == [
         history.HEADER,
         '<untrusted source="history">',
-        '<message from="U2">the long story</message>',
+        '<message from="U2" name="user_u2">the long story</message>',
         "[… 9 earlier replies not shown]",
-        '<message from="U3">reply 10</message>',
-        '<message from="U3">reply 11</message>',
-        '<message from="U3">reply 12</message>',
+        '<message from="U3" name="user_u3">reply 10</message>',
+        '<message from="U3" name="user_u3">reply 11</message>',
+        '<message from="U3" name="user_u3">reply 12</message>',
     ]
     assert len(slack.calls_to("conversations.replies")) == 5, "13 messages, 3 a page"
 

@@ -262,6 +262,7 @@ class MessageRouter:
                 before_ts=incoming.ts,
                 bot_user_id=self._bot_user_id,
                 admit=lambda message: self._admission.admits_message(message, incoming.channel),
+                speaker=self._edge.speaker,
             )
             text = with_context(context, text)
         return text

@@ -9,13 +9,17 @@ are the last ones read: the reader walks the pages up to the mention, keeping on
 the root and the newest `MAX_MESSAGES` replies in memory. The walk stops after
 `MAX_PAGES` pages (a few thousand replies) so one mention costs a bounded number of
 calls; past that the context says that later replies were not read.
+
+Each quoted line names its author as a live message does (`said`: Slack id and display name), the names
+looked up once per person through the same cached `users.info` as live messages.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -39,7 +43,11 @@ FOOTER = "[The message addressed to you]"
 UNREAD = "[… later replies not read: the thread is too long]"
 
 
-def _line(message: dict[str, Any], bot_user_id: str, max_chars: int | None = None) -> str:
+SpeakerLookup = Callable[[str], Awaitable[Speaker]]
+"""A Slack user id to the person as the model names them (id and display name)."""
+
+
+def _line(message: dict[str, Any], bot_user_id: str, names: Mapping[str, str], max_chars: int | None = None) -> str:
     """One earlier message, attributed to its author in the form the model is told to trust."""
     user = str(message.get("user") or "")
     if user == bot_user_id:
@@ -47,7 +55,7 @@ def _line(message: dict[str, Any], bot_user_id: str, max_chars: int | None = Non
     elif message.get("bot_id") and not user:
         speaker = Speaker(str(message["bot_id"]), f"bot {message.get('username') or message['bot_id']}")
     else:
-        speaker = Speaker(user or "unknown")
+        speaker = Speaker(user or "unknown", names.get(user, ""))
     text = strip_mention(message["text"], bot_user_id)
     return said(speaker, text[:max_chars] if max_chars is not None else text, ts=str(message.get("ts") or "") or None)
 
@@ -62,13 +70,16 @@ def format_context(
     skipped: int = 0,
     unread: bool = False,
     admit: Callable[[dict[str, Any]], bool] | None = None,
+    names: Mapping[str, str] | None = None,
 ) -> str | None:
     """One block of text quoting the thread before `before_ts`; None when there is nothing before it.
 
     `messages` is the root then replies, oldest first; `skipped` counts earlier replies the reader already
     left out, `unread` says it stopped before reaching `before_ts`. Messages `admit` refuses (people the bot
     does not answer) are left out, and one line says how many: what they wrote must not steer the model.
+    `names` gives the display name of each user id quoted; one missing leaves that person's id alone.
     """
+    names = names or {}
     said_before = [m for m in messages if _said_before(m, before_ts)]
     earlier = [m for m in said_before if admit is None or _ours(m, bot_user_id) or admit(m)]
     refused = len(said_before) - len(earlier)
@@ -79,13 +90,13 @@ def format_context(
     lines: list[str] = []
     budget = max_chars
     for message in reversed(replies[-(max_messages - 1) :] if max_messages > 1 else []):
-        line = _line(message, bot_user_id)
+        line = _line(message, bot_user_id, names)
         if len(line) > budget:
             break
         lines.append(line)
         budget -= len(line) + 1
     skipped += len(replies) - len(lines)
-    root_line = _line(root, bot_user_id, max(budget, 200))
+    root_line = _line(root, bot_user_id, names, max(budget, 200))
     quoted = [root_line, *([f"[… {skipped} earlier replies not shown]"] if skipped else []), *reversed(lines)]
     return clean_text("\n".join([HEADER, history([*quoted, *left_out, *([UNREAD] if unread else [])])]))
 
@@ -98,8 +109,10 @@ async def thread_context(
     before_ts: str,
     bot_user_id: str,
     admit: Callable[[dict[str, Any]], bool] | None = None,
+    speaker: SpeakerLookup | None = None,
 ) -> str | None:
-    """Read the thread up to the mention (see the module doc) and format it; None when there is nothing."""
+    """Read the thread up to the mention (see the module doc) and format it, each author named through
+    `speaker`; None when there is nothing."""
     root: dict[str, Any] | None = None
     newest: deque[dict[str, Any]] = deque(maxlen=MAX_MESSAGES - 1)
     read = pages = 0
@@ -127,14 +140,30 @@ async def thread_context(
         unread = True
     if root is None:
         return None
+    quoted = [root, *newest]
     return format_context(
-        [root, *newest],
+        quoted,
         bot_user_id=bot_user_id,
         before_ts=before_ts,
         skipped=read - len(newest),
         unread=unread,
         admit=admit,
+        names=await _names(_authors(quoted, bot_user_id, admit), speaker) if speaker is not None else None,
     )
+
+
+def _authors(
+    messages: list[dict[str, Any]], bot_user_id: str, admit: Callable[[dict[str, Any]], bool] | None
+) -> list[str]:
+    """The people (not the bot, not other apps, not those left out) whose messages may be quoted, each once."""
+    users = (str(m.get("user") or "") for m in messages if admit is None or admit(m))
+    return list(dict.fromkeys(user for user in users if user and user != bot_user_id))
+
+
+async def _names(users: list[str], speaker: SpeakerLookup) -> dict[str, str]:
+    """Display names of `users`, looked up together; a person Slack does not name keeps only their id."""
+    found = await asyncio.gather(*(speaker(user) for user in users))
+    return {person.id: person.name for person in found}
 
 
 def _ours(message: dict[str, Any], bot_user_id: str) -> bool:
