@@ -85,7 +85,9 @@ async def test_a_server_killed_mid_call_fails_the_call_and_the_next_call_works(o
     os.killpg(pid, signal.SIGKILL)
     await wait_text(slack, "C1", event["ts"], "It crashed.")
     assert tool_results(own.requests("fragile job")[1]) == {
-        first["id"]: "error: MCP server 'test' stopped during the call; it is being restarted"
+        first["id"]: untrusted(
+            "tool", "error: MCP server 'test' stopped during the call; it is being restarted", name="mcp__test__steps"
+        )
     }
     await slack.wait_for(lambda: "❌" in status.text and "stopped during the call" in status.text, WAIT_S, "❌")
     await ready(own, 2)

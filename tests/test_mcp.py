@@ -137,7 +137,7 @@ async def test_error_image_and_huge_results(mcp_core: Core, fake: FakeAnthropic)
     fake.script(Reply.tools(fail, picture, huge, measure, document), Reply.text_only("seen"))
     await mcp_core.engine.run_turn(KEY, "try everything")
     results = tool_results(fake.requests[1])
-    assert results[fail["id"]] == "error: deliberate failure: disk full"
+    assert results[fail["id"]] == untrusted("tool", "error: deliberate failure: disk full", name=fail["name"])
     failed = await mcp_core.registry.find(fail["id"])
     assert failed is not None and failed.status is CallStatus.FAILED
     caption, image = results[picture["id"]]
@@ -159,7 +159,8 @@ async def test_arguments_are_validated_against_the_servers_schema(
     fake.script(Reply.tools(use), Reply.text_only("oops"))
     await mcp_core.engine.run_turn(KEY, "bad arguments")
     result = tool_results(fake.requests[1])[use["id"]]
-    assert result.startswith("error: invalid arguments for mcp__test__steps: 'many' is not of type 'integer'")
+    fence = '<untrusted source="tool" name="mcp__test__steps">\n'  # an MCP tool's errors are fenced as its output
+    assert result.startswith(f"{fence}error: invalid arguments for mcp__test__steps: 'many' is not of type 'integer'")
     assert record.times("start steps") == []
 
 
@@ -236,8 +237,10 @@ async def test_tools_of_a_server_that_is_down_answer_unavailable(
     fake.script(Reply.tools(use), Reply.text_only("down"))
     await core.engine.run_turn(KEY, "echo")
     result = tool_results(fake.requests[1])[use["id"]]
-    assert result.startswith("error: MCP server 'test' is unavailable (")
-    assert result.endswith("); try again later")
+    assert result.startswith(
+        '<untrusted source="tool" name="mcp__test__echo">\nerror: MCP server \'test\' is unavailable ('
+    )
+    assert result.endswith("); try again later\n</untrusted>")
 
 
 async def test_shutdown_cancels_calls_on_the_server_and_leaves_no_process(

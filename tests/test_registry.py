@@ -551,7 +551,8 @@ async def test_malformed_calls_become_failed_entities(core: Core, fake: FakeAnth
     outcome = await core.engine.run_turn(KEY, "do odd things")
     assert outcome is not None and outcome.error is None and outcome.text == "understood"
     results = tool_results(fake.requests[1])
-    assert results[unknown].startswith("error: unknown tool 'launch_rockets'; available tools: now, wordcount")
+    fence = '<untrusted source="tool" name="launch_rockets">\n'  # not the daemon's own tool: fenced
+    assert results[unknown].startswith(f"{fence}error: unknown tool 'launch_rockets'; available tools: now, wordcount")
     assert results[bad_args].startswith("error: invalid arguments for sleep_for: 'soon' is not of type 'number'")
     assert results[not_object] == ("error: the tool call was malformed (missing id or arguments not a JSON object)")
     assert json.loads(results[good]) == {"words": 2}

@@ -213,7 +213,8 @@ async def test_unknown_tool_and_bad_arguments_are_error_results(core: Core, fake
     assert outcome is not None and outcome.text == "Sorry about that." and outcome.error is None
     blocks = {b["tool_use_id"]: b for b in last_user(fake.requests[1])}
     assert blocks[unknown["id"]]["is_error"] is True
-    assert str(blocks[unknown["id"]]["content"]).startswith("error: unknown tool 'teleport'")
+    fence = '<untrusted source="tool" name="teleport">\n'  # a tool not the daemon's own: its errors are fenced
+    assert str(blocks[unknown["id"]]["content"]).startswith(f"{fence}error: unknown tool 'teleport'")
     assert blocks[bad["id"]]["is_error"] is True
     assert "invalid arguments for wordcount" in str(blocks[bad["id"]]["content"])
     assert fake.rejections == []

@@ -66,10 +66,10 @@ def tool_result_block(call: ToolCall, max_chars: int) -> dict[str, JSON]:
     blocks = result_blocks(call.result) if call.status is CallStatus.COMPLETED else None
     if blocks:
         content: JSON = fence_blocks(truncate_blocks(blocks, max_chars), call.tool_name)
-    elif call.status is CallStatus.COMPLETED:
+    elif call.status in (CallStatus.COMPLETED, CallStatus.FAILED):  # an error quotes the tool (a server's words)
         content = tool_output(call.tool_name, truncate(call_outcome_text(call), max_chars))
     else:
-        content = truncate(call_outcome_text(call), max_chars)  # our own words: an error, a cancel
+        content = truncate(call_outcome_text(call), max_chars)  # our own words: a cancel, an orphan
     block: dict[str, JSON] = {"type": "tool_result", "tool_use_id": call.id, "content": content}
     if call.status is not CallStatus.COMPLETED:
         block["is_error"] = True

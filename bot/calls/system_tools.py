@@ -1,15 +1,35 @@
 """The system tools over the registry: inspect, list, await and cancel this session's calls.
 
 Each acts only on the calling session's calls; another session's id is reported
-exactly like an unknown one, so nothing leaks across threads.
+exactly like an unknown one, so nothing leaks across threads. These tools answer in
+the daemon's own words, but a call's result, error and progress they quote are that
+call's tool's output, and are fenced as its own result would be.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from bot.agent.fence import OWN_TOOLS, tool_output
+from bot.agent.protocol import render_result
+from bot.calls.models import JSON, ToolCall
 from bot.calls.registry import CallRegistry
 from tools.base import Tool, ToolContext, ToolError, tool
+
+
+def quoted_view(call: ToolCall, *, include_progress: bool) -> dict[str, JSON]:
+    """`call.status_view` as another tool quotes it: its result, error and progress payloads fenced as its
+    tool's output (plain for the daemon's own tools), so text from outside cannot pass for ours here."""
+    view = call.status_view(include_progress=include_progress)
+    if call.tool_name in OWN_TOOLS:
+        return view
+    for name in ("result", "error"):
+        if view.get(name) is not None:
+            view[name] = tool_output(call.tool_name, render_result(view[name]))
+    for entry in view.get("progress") or []:
+        assert isinstance(entry, dict)
+        entry["payload"] = tool_output(call.tool_name, render_result(entry["payload"]))
+    return view
 
 
 def system_tools(registry: CallRegistry, *, wait_max_s: float) -> list[Tool]:
@@ -38,7 +58,7 @@ def system_tools(registry: CallRegistry, *, wait_max_s: float) -> list[Tool]:
             await registry.wait_final(call_id, min(float(args.get("timeout_seconds", 30)), wait_max_s))
         if call.is_final and not call.delivered:
             await registry.mark_delivered([call])
-        return call.status_view(include_progress=bool(args.get("include_progress", True)))
+        return quoted_view(call, include_progress=bool(args.get("include_progress", True)))
 
     @tool(
         "list_running_tool_calls",
