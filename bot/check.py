@@ -153,13 +153,27 @@ async def check_tools(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) ->
     return f"operator tools load: {', '.join(item.tool.name for item in operator)}"
 
 
+def open_shell_warning(settings: Settings) -> str | None:
+    """The `!` line for a shell anyone the bot answers may use, or None. It stands while every condition
+    below holds, so a new safeguard (approvals required, say) is one more entry that can lift it."""
+    unguarded = {
+        "the shell is on (BOT_ENABLE_SHELL=1)": settings.bot_enable_shell,
+        "nobody is restricted (BOT_ALLOWED_USERS is empty)": not settings.bot_allowed_users,
+    }
+    if not all(unguarded.values()):
+        return None
+    return f"! {' and '.join(unguarded)}: everyone the bot answers can have it run commands"
+
+
 async def check_shell(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) -> str:
-    """With the shell on, one empty command in the sandbox `run_command` will use, in a scratch work dir."""
+    """With the shell on, one empty command in the sandbox `run_command` will use, in a scratch work dir;
+    and a warning when nobody is kept from it."""
     shell = settings.shell
     if shell is None:
         return "the shell is off (BOT_ENABLE_SHELL)"
+    warning = f"\n{line}" if (line := open_shell_warning(settings)) else ""
     if shell.sandbox is Sandbox.NONE:
-        return "the shell runs unsandboxed (BOT_SHELL_SANDBOX=none): commands see the daemon's files"
+        return f"the shell runs unsandboxed (BOT_SHELL_SANDBOX=none): commands see the daemon's files{warning}"
     with tempfile.TemporaryDirectory(prefix="threadbot-check-") as scratch:
         try:
             async with asyncio.timeout(timeout_s):
@@ -173,7 +187,7 @@ async def check_shell(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) ->
             "is the boundary"
         )
     network = "on" if shell.network else "off"
-    return f"the shell runs under bwrap (network {network}, BOT_SHELL_NETWORK)"
+    return f"the shell runs under bwrap (network {network}, BOT_SHELL_NETWORK){warning}"
 
 
 CHECKS: dict[str, Check] = {

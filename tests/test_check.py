@@ -81,6 +81,26 @@ async def test_everything_fine_is_all_ticks_and_both_tokens_were_tried(
     assert system_text(request) == check.PROBE_SYSTEM and request["max_tokens"] == 1  # never an empty system
 
 
+OPEN_SHELL = (
+    "! the shell is on (BOT_ENABLE_SHELL=1) and nobody is restricted (BOT_ALLOWED_USERS is empty): "
+    "everyone the bot answers can have it run commands"
+)
+
+
+async def test_a_shell_nobody_is_kept_from_is_warned_about_in_one_line(
+    good: Callable[..., Settings], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, lines = await outcome_lines(good(bot_enable_shell=True, bot_shell_sandbox="none"), capsys)
+    assert code == 0, lines
+    shell = lines.index("✓ the shell runs unsandboxed (BOT_SHELL_SANDBOX=none): commands see the daemon's files")
+    assert lines[shell + 1] == OPEN_SHELL and [line for line in lines if line.startswith("!")] == [OPEN_SHELL]
+    restricted = good(bot_enable_shell=True, bot_shell_sandbox="none", bot_allowed_users="U1")
+    assert check.open_shell_warning(restricted) is None
+    assert check.open_shell_warning(good()) is None, "no shell, nothing to warn about"
+    _, lines = await outcome_lines(restricted, capsys)
+    assert not [line for line in lines if line.startswith("!")]
+
+
 async def test_a_bad_app_token_fails_check_as_it_would_fail_run(
     good: Callable[..., Settings], slack: FakeSlack, capsys: pytest.CaptureFixture[str]
 ) -> None:
