@@ -47,6 +47,30 @@ async def test_a_deleted_message_leaves_the_database_and_what_the_model_sees(own
     assert WORD not in db_bytes(daemon.data_dir)
 
 
+async def test_a_deleted_message_takes_the_files_it_carried(own: World) -> None:
+    slack, daemon = own.slack, own.daemon
+    await daemon.start()
+    await daemon.connected()
+    own.script.add("read my notes", *(Reply.text_only(words) for words in ("Listening.", "Read.", "Gone.")))
+    root = await mention(slack, own.channel, "read my notes")
+    await wait_text(slack, own.channel, root["ts"], "Listening.")
+    shared = slack.files.share("vault.txt", f"the vault: {SECRET}", "text/plain")
+    carried = slack.files.attach(slack.user_message(own.channel, "here", thread_ts=root["ts"]), shared)
+    await slack.wait_ack(await slack.send_event(carried))
+    await wait_text(slack, own.channel, root["ts"], "Read.")
+    assert WORD in db_bytes(daemon.data_dir) and b"vault.txt" in db_bytes(daemon.data_dir)
+
+    await slack.wait_ack(await slack.send_event(slack.message_deleted(own.channel, carried["ts"])))
+    await slack.wait_for(
+        lambda: WORD not in db_bytes(daemon.data_dir) and b"vault.txt" not in db_bytes(daemon.data_dir),
+        10,
+        "the file's name and text gone with its message",
+    )
+    await reply(slack, own.channel, root["ts"], "still there?")
+    await wait_text(slack, own.channel, root["ts"], "Gone.")
+    assert "vault" not in str(own.requests("read my notes")[-1]["messages"])
+
+
 async def test_forget_by_the_starter_after_the_button_leaves_no_trace_and_strangers_are_refused(own: World) -> None:
     slack, daemon = own.slack, own.daemon
     daemon.env = {"BOT_ADMIN_USERS": "UADMIN"}

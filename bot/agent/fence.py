@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from html import escape
+from typing import Any
 
 from bot.types import Speaker
 
@@ -47,6 +48,31 @@ def unsay(text: str, ts: str, placeholder: str) -> str:
     take every other "ok" with it). Its author stays, so the thread still reads as who said what."""
     pattern = re.compile(rf"(<message[^>]*{re.escape(said_at(ts))}).*?(</message>)", re.DOTALL)
     return pattern.sub(lambda found: f"{found[1]}{escape(placeholder, quote=False)}{found[2]}", text)
+
+
+def without_files_of(blocks: list[Any], ts: str) -> list[Any]:
+    """Content blocks without the files the message posted at `ts` carried.
+
+    A message's files follow the text block that ends with it (the edge puts them there): labels and text
+    as `untrusted("file", …)`, images and PDFs as blocks of their own. Only those right after it go; a
+    message quoted in a thread's history ends no block and carries no files of its own."""
+    ends = re.compile(rf"{re.escape(said_at(ts))}[^<]*</message>\s*\Z")
+    kept: list[Any] = []
+    carried = False
+    for block in blocks:
+        if carried and _is_file(block):
+            continue
+        carried = isinstance(block, dict) and block.get("type") == "text" and bool(ends.search(str(block["text"])))
+        kept.append(block)
+    return kept
+
+
+def _is_file(block: Any) -> bool:
+    if not isinstance(block, dict):
+        return False
+    if block.get("type") in ("image", "document"):
+        return True
+    return block.get("type") == "text" and str(block.get("text", "")).startswith('<untrusted source="file"')
 
 
 def history(lines: list[str]) -> str:

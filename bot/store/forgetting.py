@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bot.agent.fence import said_at, unsay
+from bot.agent.fence import said_at, unsay, without_files_of
 from bot.store.db import Db
 from bot.store.schema import dumps, ts
 from tools.sandbox import forget_files
@@ -62,7 +62,7 @@ class ForgetQueries(ABC):
         """Replace what the message posted at `message_ts` said with `REDACTED` in the session's messages,
         archive and inbox (a message deleted in Slack); returns how many rows changed. Unknown sessions and
         messages change nothing. The message is found by the ts its attributed form carries (`said`), so its
-        text is gone whatever characters it held."""
+        text is gone whatever characters it held; the files it carried go with it."""
         if not message_ts:
             return 0
         marker = said_at(message_ts)
@@ -121,11 +121,12 @@ class Forgetting:
 
 
 def _redacted(value: Any, message_ts: str) -> Any:
-    """`value` (parsed JSON) with the message posted at `message_ts` unsaid in every string it holds."""
+    """`value` (parsed JSON) with the message posted at `message_ts` unsaid in every string it holds, and
+    the files it carried left out of every list of content blocks."""
     if isinstance(value, str):
         return unsay(value, message_ts, REDACTED)
     if isinstance(value, list):
-        return [_redacted(item, message_ts) for item in value]
+        return [_redacted(item, message_ts) for item in without_files_of(value, message_ts)]
     if isinstance(value, dict):
         return {name: _redacted(item, message_ts) for name, item in value.items()}
     return value
