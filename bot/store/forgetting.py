@@ -9,7 +9,7 @@ A session is idle since its newest trace: the last message appended, inbox row c
 created, or its creation when it has none. No column of its own is needed for that.
 
 A message deleted in Slack goes on its own: found by the ts its attributed form carries, its words are
-replaced wherever the session stored them, and the rest of the conversation stays.
+replaced wherever the session stored them and the files it carried are left out; the rest stays.
 """
 
 from __future__ import annotations
