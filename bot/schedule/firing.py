@@ -24,6 +24,7 @@ from zoneinfo import ZoneInfo
 
 from bot.agent.engine import Delivery
 from bot.calls.models import utcnow
+from bot.quotas import day_start, self_wakes_reason
 from bot.schedule.cron import CronSchedule
 from bot.schedule.cron_runs import latest_run, next_run
 from bot.schedule.timing import Punctuality, Verdict, format_duration, judge, local_text
@@ -58,6 +59,8 @@ class FireReport:
     """None when nothing was delivered or reported: not pending any more, or another firing won."""
     next_due_at: datetime | None = None
     """When the row is due next if it is still pending (a cron, or a row another process moved)."""
+    refused: bool = False
+    """On time, but a quota kept it from being delivered (the thread was told why)."""
 
     @property
     def lateness_s(self) -> float | None:
@@ -65,7 +68,7 @@ class FireReport:
 
     @property
     def delivered(self) -> bool:
-        return self.verdict is not None and self.verdict.punctuality is not Punctuality.MISSED
+        return self.verdict is not None and self.verdict.punctuality is not Punctuality.MISSED and not self.refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +81,8 @@ class Claim:
     """What this firing delivers (the post's text, the wait's note); None for a miss."""
     farewell: str | None = None
     """Told to the thread after the delivery when a cron row ended because its schedule has no run ahead."""
+    refusal: str | None = None
+    """Told to the thread instead of the delivery: a wait that would pass the thread's daily self-wakes."""
 
 
 class Firer:
@@ -85,8 +90,18 @@ class Firer:
     caller can schedule the next run in between and a failing edge never loses a cron's next run."""
 
     def __init__(
-        self, *, store: Store, waker: Waker, output: EngineOutput, zone: ZoneInfo, max_lateness_s: float, clock: Clock
+        self,
+        *,
+        store: Store,
+        waker: Waker,
+        output: EngineOutput,
+        zone: ZoneInfo,
+        max_lateness_s: float,
+        clock: Clock,
+        max_self_wakes_per_day: int | None = None,
     ) -> None:
+        """`max_self_wakes_per_day` bounds the waits one thread's agent is woken by per UTC day (None: no bound)."""
+        self._max_wakes = max_self_wakes_per_day
         self._store = store
         self._waker = waker
         self._output = output
@@ -109,12 +124,28 @@ class Firer:
         verdict = judge(reminder.due_at, started, max_lateness_s=self._max_lateness_s)
         outcome = ReminderStatus.MISSED if verdict.punctuality is Punctuality.MISSED else ReminderStatus.FIRED
         owed = _owed(reminder, verdict)
+        refusal = await self._wake_refusal(reminder, started) if owed is not None else None
+        if refusal is not None:
+            # Ended unfired: it starts no turn, so it is not one of the day's self-wakes either.
+            outcome, owed = ReminderStatus.MISSED, None
         claimed = await self._store.claim_reminder(
             reminder_id, due_at=reminder.due_at, outcome=outcome, at=started, owed=owed
         )
         if claimed is None:
             return await self._lost(reminder_id, started)
-        return Claim(FireReport(reminder_id, started, reminder.due_at, verdict), claimed, owed)
+        report = FireReport(reminder_id, started, reminder.due_at, verdict, refused=refusal is not None)
+        return Claim(report, claimed, owed, refusal=refusal)
+
+    async def _wake_refusal(self, reminder: Reminder, started: datetime) -> str | None:
+        """The thread's line when this wait would be one self-wake too many today; None when it may wake."""
+        if reminder.kind is not ReminderKind.WAKE or self._max_wakes is None:
+            return None
+        woken = await self._store.count_wakes(reminder.session_key, since=day_start(started))
+        if woken < self._max_wakes:
+            return None
+        log.warning("wait %d of %s not delivered: %d self-wakes today", reminder.id, reminder.session_key, woken)
+        why = self_wakes_reason(woken, self._max_wakes, started)
+        return f"🚦 A wait came due but did not wake me: {why}. It was: {reminder.text}"
 
     def deliver(self, claim: Claim) -> ReminderPost | None:
         """Hand a won claim over: a wait to the engine, a miss as a notice; a reminder comes back as the
@@ -124,7 +155,9 @@ class Firer:
             return None
         key = reminder.session_key
         post = None
-        if claim.owed is None:
+        if claim.refusal is not None:
+            self._output.notice(key, claim.refusal)
+        elif claim.owed is None:
             self._output.notice(key, self._missed_text(reminder, report.due_at, report.verdict, report.next_due_at))
         elif reminder.kind is ReminderKind.WAKE:
             if self._waker.submit(key, claim.owed, inbox_id=reminder.inbox_id) is Delivery.REFUSED:

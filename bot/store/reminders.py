@@ -46,6 +46,14 @@ class ReminderStatus(StrEnum):
     MISSED = "missed"
 
 
+class PendingLimitReached(Exception):
+    """`add_reminders` with `max_pending`: the person already has that many pending; nothing was added."""
+
+    def __init__(self, pending: int) -> None:
+        super().__init__(f"{pending} pending")
+        self.pending = pending
+
+
 @dataclass(frozen=True, slots=True)
 class NewReminder:
     session_key: str
@@ -107,6 +115,27 @@ async def _owe(db: Db, reminder: Reminder, run: datetime, owed: str | None, repl
     return reminder
 
 
+async def _pending(db: Db, requester: str | None, session_key: str) -> int:
+    if requester is not None:
+        rows = await db.fetch("SELECT COUNT(*) FROM reminders WHERE status = 'pending' AND requester = ?", requester)
+    else:
+        sql = "SELECT COUNT(*) FROM reminders WHERE status = 'pending' AND requester IS NULL AND session_key = ?"
+        rows = await db.fetch(sql, session_key)
+    return int(rows[0][0])
+
+
+async def _check_room(db: Db, items: Sequence[NewReminder], max_pending: int) -> None:
+    wanted: dict[tuple[str | None, str | None], tuple[str, int]] = {}
+    for item in items:
+        owner = (item.requester, None if item.requester is not None else item.session_key)
+        session_key, count = wanted.get(owner, (item.session_key, 0))
+        wanted[owner] = (session_key, count + 1)
+    for (requester, _), (session_key, count) in wanted.items():
+        pending = await _pending(db, requester, session_key)
+        if pending + count > max_pending:
+            raise PendingLimitReached(pending)
+
+
 class ReminderQueries:
     """The reminder half of `Store`'s interface."""
 
@@ -121,8 +150,13 @@ class ReminderQueries:
         @staticmethod
         async def _require_session(db: Db, key: str) -> None: ...
 
-    async def add_reminders(self, items: Sequence[NewReminder]) -> list[Reminder]:
-        """Insert in one transaction, all or nothing; each session must exist (KeyError otherwise)."""
+    async def add_reminders(self, items: Sequence[NewReminder], *, max_pending: int | None = None) -> list[Reminder]:
+        """Insert in one transaction, all or nothing; each session must exist (KeyError otherwise).
+
+        With `max_pending`, a person (or, for rows without one, a session) who would then have more
+        pending rows than that gets none: `PendingLimitReached`. Counted inside the write, so the
+        calls of one batch cannot each see room for themselves.
+        """
         created_at = ts(utcnow())
         sql = (
             "INSERT INTO reminders (session_key, kind, text, requester, due_at, cron, zone, created_at) "
@@ -132,14 +166,28 @@ class ReminderQueries:
         async with self._write() as db:
             for key in {item.session_key for item in items}:
                 await self._require_session(db, key)
+            if max_pending is not None:
+                await _check_room(db, items, max_pending)
             for item in items:
                 params = (item.session_key, item.kind.value, item.text, item.requester, ts(item.due_at))
                 rows = await db.fetch(sql, *params, item.cron, item.zone, created_at)
                 added.append(_reminder(rows[0]))
         return added
 
-    async def add_reminder(self, item: NewReminder) -> Reminder:
-        return (await self.add_reminders([item]))[0]
+    async def add_reminder(self, item: NewReminder, *, max_pending: int | None = None) -> Reminder:
+        return (await self.add_reminders([item], max_pending=max_pending))[0]
+
+    async def count_pending(self, *, requester: str | None, session_key: str) -> int:
+        """Pending waits and reminders of a person, in every session (of a session, for rows without one)."""
+        async with self._read() as db:
+            return await _pending(db, requester, session_key)
+
+    async def count_wakes(self, session_key: str, *, since: datetime) -> int:
+        """Waits of a session that fired (woke it) since `since`: the agent's own turns, for their daily quota."""
+        sql = "SELECT COUNT(*) FROM reminders WHERE session_key = ? AND kind = 'wake' AND fired_at >= ?"
+        async with self._read() as db:
+            rows = await db.fetch(sql, session_key, ts(since))
+        return int(rows[0][0])
 
     async def get_reminder(self, reminder_id: int) -> Reminder | None:
         async with self._read() as db:
