@@ -47,10 +47,9 @@ def check_wait_length(seconds: float, quotas: Quotas) -> None:
         raise QuotaExceeded(f"not registered: {why}", LINE.format(what="A wait", why=why))
 
 
-async def check_self_wakes(
-    scheduler: Scheduler, session_key: str, due_at: datetime, now: datetime, quotas: Quotas
-) -> None:
+async def check_self_wakes(scheduler: Scheduler, session_key: str, due_at: datetime, quotas: Quotas) -> None:
     """No new wait due today once the thread has woken itself BOT_MAX_SELF_WAKES_PER_DAY times today."""
+    now = scheduler.now()
     if day_start(due_at) != day_start(now):
         return  # it wakes on a later day, which has its own count
     woken = await scheduler.count_wakes(session_key, since=day_start(now))

@@ -162,7 +162,7 @@ class Scheduler:
     async def requester(self, session_key: str) -> str | None:
         """Whom a row added in this session is for: who spoke last, else who started the session."""
         session = await self._store.get_session(session_key)
-        return session.address.get("speaker") or session.address.get("requester") if session else None
+        return session.person if session is not None else None
 
     async def count_wakes(self, session_key: str, *, since: datetime) -> int:
         return await self._store.count_wakes(session_key, since=since)
