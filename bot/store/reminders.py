@@ -182,6 +182,26 @@ class ReminderQueries:
         async with self._read() as db:
             return await _pending(db, requester, session_key)
 
+    async def pending_by_person(self) -> list[tuple[str, int]]:
+        """Pending waits and reminders per person (per session for rows without one), the most first."""
+        sql = (
+            "SELECT COALESCE(requester, session_key) AS who, COUNT(*) AS n FROM reminders"
+            " WHERE status = 'pending' GROUP BY who ORDER BY n DESC, who"
+        )
+        async with self._read() as db:
+            rows = await db.fetch(sql)
+        return [(str(row[0]), int(row[1])) for row in rows]
+
+    async def wakes_by_session(self, *, since: datetime) -> list[tuple[str, int]]:
+        """Waits that woke each session since `since`, the most first."""
+        sql = (
+            "SELECT session_key, COUNT(*) AS n FROM reminders WHERE kind = 'wake' AND fired_at >= ?"
+            " GROUP BY session_key ORDER BY n DESC, session_key"
+        )
+        async with self._read() as db:
+            rows = await db.fetch(sql, ts(since))
+        return [(str(row[0]), int(row[1])) for row in rows]
+
     async def count_wakes(self, session_key: str, *, since: datetime) -> int:
         """Waits of a session that fired (woke it) since `since`: the agent's own turns, for their daily quota."""
         sql = "SELECT COUNT(*) FROM reminders WHERE session_key = ? AND kind = 'wake' AND fired_at >= ?"
