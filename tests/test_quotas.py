@@ -23,6 +23,8 @@ from test_caps import Gated
 
 from bot.agent.toolbox import Toolbox
 from bot.calls.models import CallStatus
+from bot.config import load_settings
+from bot.errors import ConfigError
 from bot.quotas import QuotaExceeded, Quotas, day_start, next_reset, reset_text
 from bot.schedule import Scheduler
 from bot.schedule.cron import CronSchedule
@@ -420,3 +422,32 @@ async def test_tool_results_of_a_turn_name_the_limit(
     assert len(refused) == 1
     assert "U1 already has 1 pending reminders and waits, the most BOT_MAX_REMINDERS_PER_USER (1) allows" in refused[0]
     assert any(text.startswith("🚦 A reminder was refused: U1 already has 1") for _, text in output.notices)
+
+
+# --- settings ------------------------------------------------------------------------------
+
+
+def test_the_quota_settings_and_their_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_settings(_env_file=None).quotas == Quotas()
+    assert Quotas().daily_tokens_per_user is None and Quotas().max_reminders_per_user == 50
+    monkeypatch.setenv("BOT_DAILY_TOKENS_PER_USER", "")
+    monkeypatch.setenv("BOT_DAILY_TOKENS_PER_CHANNEL", "5000000")
+    monkeypatch.setenv("BOT_MAX_SELF_WAKES_PER_DAY", "0")
+    quotas = load_settings(_env_file=None).quotas
+    assert (quotas.daily_tokens_per_user, quotas.daily_tokens_per_channel) == (None, 5_000_000)
+    assert quotas.max_self_wakes_per_day == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("BOT_MIN_CRON_INTERVAL_S", "30"),
+        ("BOT_DAILY_TOKENS_PER_USER", "0"),
+        ("BOT_MAX_REMINDERS_PER_USER", "0"),
+        ("BOT_MAX_CONCURRENT_TOOLS_PER_USER", "-1"),
+    ],
+)
+def test_a_bad_quota_names_its_variable(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=f"^{name}: "):
+        load_settings(_env_file=None)

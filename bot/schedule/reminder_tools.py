@@ -52,7 +52,10 @@ def reminder_tools(scheduler: Scheduler, zones: Zones, quotas: Quotas | None = N
         "Post a reminder in this conversation at a time, mentioning the person who asked; no reply from you is "
         "needed then. Give exactly one of: at (ISO 8601; without an offset it is read in `timezone`), "
         "in_seconds, or cron (five fields, minute hour day-of-month month day-of-week, repeats until cancelled). "
-        "timezone defaults to the person's own, else the daemon's.",
+        "timezone defaults to the person's own, else the daemon's. Limits: text of at most "
+        f"{limits.max_reminder_chars} characters, a cron at most once every "
+        f"{format_duration(limits.min_cron_interval_s)}, {limits.max_reminders_per_user} pending reminders "
+        "and waits per person.",
         {
             "text": {"type": "string", "minLength": 1, "description": "What to post, e.g. 'stand-up in 5 minutes'."},
             "at": {"type": "string", "description": "e.g. 2026-05-01T09:00:00 or 2026-05-01T09:00:00+02:00"},
