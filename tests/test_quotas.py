@@ -308,7 +308,6 @@ async def test_one_persons_calls_wait_for_their_cap_and_say_why(
     assert held.status is CallStatus.PENDING and calls[3].status is CallStatus.RUNNING  # U2 is not held by U1
     await output.wait_for(lambda: any("BOT_MAX_CONCURRENT_TOOLS_PER_USER" in str(e.payload) for e in held.progress))
     assert "U1 has 2 tool calls running" in str(held.progress[-1].payload)
-    assert core.registry.slots_full("test:u1-a", ToolKind.THREAD) is False  # its session has room; its person not
     [line] = [text for key, text in output.notices if "BOT_MAX_CONCURRENT_TOOLS_PER_USER" in text]
     assert line.startswith("🚦 A tool call waits: U1 has 2 tool calls running")
     gated.release.set()

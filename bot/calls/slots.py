@@ -71,17 +71,15 @@ class Slots:
             if not self._user_calls[user]:
                 del self._user_calls[user], self._users[user]
 
-    def full(self, session_key: str, kind: ToolKind, *, user: str | None = None) -> bool:
-        """Whether a call of this kind in this session would wait now: a cap it counts against is reached."""
+    def full(self, session_key: str, kind: ToolKind) -> bool:
+        """Whether a call of this kind in this session would wait now: its session's or the global cap is reached.
+
+        A person's cap is not asked here (a call does not carry its person); a call it holds back says so
+        in its progress instead."""
         if kind is ToolKind.IO:
             return self._io.locked()
         session = self._sessions.get(session_key)
-        person = self._users.get(user) if user is not None else None
-        return (
-            self._global.locked()
-            or (session is not None and session.locked())
-            or (person is not None and person.locked())
-        )
+        return self._global.locked() or (session is not None and session.locked())
 
     def forget(self, session_key: str) -> None:
         """Drop an idle session's semaphore (call only when the session has no open call)."""
