@@ -22,7 +22,8 @@ from schedule_support import FakeClock, FakeWaker
 from test_caps import Gated
 
 from bot.agent.toolbox import Toolbox
-from bot.calls.models import CallStatus
+from bot.calls.models import CallStatus, ProgressKind, ToolCall
+from bot.calls.summary import state_text
 from bot.config import load_settings
 from bot.errors import ConfigError
 from bot.quotas import QuotaExceeded, Quotas, day_start, next_reset, reset_text
@@ -314,6 +315,13 @@ async def test_one_persons_calls_wait_for_their_cap_and_say_why(
     for call in calls:
         assert await core.registry.wait_final(call.id, 10)
     assert all(call.status is CallStatus.COMPLETED for call in calls)
+
+
+def test_a_pending_call_shows_what_holds_it_back() -> None:
+    call = ToolCall("toolu_p", "test:p", "t", "run_command", {"command": "make"})
+    assert state_text(call) == "pending (waiting for a free slot)"
+    call.add_progress(ProgressKind.LOG, "waiting: U1 has 8 tool calls running")
+    assert state_text(call) == "pending (waiting: U1 has 8 tool calls running)"
 
 
 async def test_a_quota_a_tool_hits_is_said_in_the_thread(core_factory: CoreFactory, output: RecordingOutput) -> None:
