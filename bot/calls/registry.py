@@ -156,10 +156,17 @@ class CallRegistry:
         )
         timeout_s = tool.timeout_s or self._default_timeout_s
         try:
-            slots = self._slots.hold(
-                call.session_key, tool.kind, user=requester, on_user_wait=lambda cap: self._waits(call, requester, cap)
+            slots = (
+                self._slots.hold(
+                    call.session_key,
+                    tool.kind,
+                    user=requester,
+                    on_user_wait=lambda cap: self._waits(call, requester, cap),
+                )
+                if tool.uses_slot
+                else contextlib.nullcontext()
             )
-            async with slots if tool.uses_slot else contextlib.nullcontext():
+            async with slots:
                 call.transition(CallStatus.RUNNING)
                 call.add_progress(ProgressKind.STARTED, {"tool": call.tool_name})
                 # Not awaited: the tool starts now, and its `running` row goes out with the next commit.
