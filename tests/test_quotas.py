@@ -265,6 +265,21 @@ async def test_the_store_counts_pending_rows_and_wakes(any_store: Store) -> None
     assert await store.wakes_by_session(since=today) == [(A, 1)]
 
 
+async def test_writes_side_by_side_cannot_each_take_the_last_room(any_store: Store) -> None:
+    store = any_store
+    keys = [f"test:alice-{n}" for n in range(8)]  # each its own session: no session row lock in common
+    for key in keys:
+        await store.ensure_session(key, {"requester": "UALICE"})
+    due = datetime.now(UTC) + timedelta(hours=1)
+    adds = [
+        store.add_reminder(NewReminder(key, ReminderKind.REMINDER, "r", due, requester="UALICE"), max_pending=3)
+        for key in keys
+    ]
+    results = await asyncio.gather(*adds, return_exceptions=True)
+    assert sum(isinstance(result, PendingLimitReached) for result in results) == 5
+    assert await store.count_pending(requester="UALICE", session_key=keys[0]) == 3
+
+
 async def test_the_store_sums_todays_tokens_per_person_and_channel(any_store: Store) -> None:
     store = any_store
     await store.ensure_session("slack:T:C1:1.0", {"channel": "C1"})

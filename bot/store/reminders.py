@@ -130,7 +130,9 @@ async def _check_room(db: Db, items: Sequence[NewReminder], max_pending: int) ->
         owner = (item.requester, None if item.requester is not None else item.session_key)
         session_key, count = wanted.get(owner, (item.session_key, 0))
         wanted[owner] = (session_key, count + 1)
-    for (requester, _), (session_key, count) in wanted.items():
+    for (requester, _), (session_key, count) in sorted(wanted.items(), key=lambda item: repr(item[0])):
+        if db.dialect.lock_name:  # two writes side by side (PostgreSQL) must not both count the same room
+            await db.execute(db.dialect.lock_name, (f"pending-reminders:{requester or session_key}",))
         pending = await _pending(db, requester, session_key)
         if pending + count > max_pending:
             raise PendingLimitReached(pending)
