@@ -32,7 +32,15 @@ from bot.schedule.cron import CronSchedule
 from bot.schedule.reminder_tools import reminder_tools
 from bot.schedule.wait_tools import wait_tools
 from bot.schedule.zones import Zones
-from bot.store import NewReminder, PendingLimitReached, ReminderKind, ReminderStatus, SqliteStore, Store
+from bot.store import (
+    NewReminder,
+    PendingLimitReached,
+    ReminderKind,
+    ReminderStatus,
+    SqliteStore,
+    Store,
+    WakeLimit,
+)
 from bot.store.usage import UsageGrouping
 from bot.types import Usage
 from bot.usage_report import near_limits, render_limits
@@ -231,6 +239,14 @@ async def test_self_wakes_are_bounded_per_thread_per_day_and_survive_a_restart(k
         await again.stop()
 
 
+async def test_two_waits_due_together_cannot_both_take_the_last_wake(kit: Kit) -> None:
+    await _fire_wait(kit, kit.scheduler)
+    rows = [await kit.store.add_reminder(NewReminder(A, ReminderKind.WAKE, f"w{n}", kit.clock.now)) for n in range(2)]
+    reports = await asyncio.gather(*(kit.scheduler.fire(row.id) for row in rows))
+    assert sorted(report.delivered for report in reports) == [False, True]
+    assert len(kit.waker.submits) == 2
+
+
 async def test_a_wait_due_tomorrow_is_not_held_to_todays_count(kit: Kit) -> None:
     for _ in range(2):
         await _fire_wait(kit, kit.scheduler)
@@ -278,6 +294,24 @@ async def test_writes_side_by_side_cannot_each_take_the_last_room(any_store: Sto
     results = await asyncio.gather(*adds, return_exceptions=True)
     assert sum(isinstance(result, PendingLimitReached) for result in results) == 5
     assert await store.count_pending(requester="UALICE", session_key=keys[0]) == 3
+
+
+async def test_claims_side_by_side_cannot_both_take_the_last_wake(any_store: Store) -> None:
+    store = any_store
+    await store.ensure_session(A)
+    now = datetime.now(UTC)
+    rows = await store.add_reminders([NewReminder(A, ReminderKind.WAKE, f"w{n}", now) for n in range(4)])
+    limit = WakeLimit(2, day_start(now))
+    claims = [
+        store.claim_reminder(
+            row.id, due_at=row.due_at, outcome=ReminderStatus.FIRED, at=now, owed="note", wake_limit=limit
+        )
+        for row in rows
+    ]
+    claimed = await asyncio.gather(*claims)
+    assert sorted(row.status for row in claimed if row is not None) == ["fired", "fired", "missed", "missed"]
+    assert [row.inbox_id is not None for row in claimed if row is not None].count(True) == 2  # owed only when fired
+    assert await store.count_wakes(A, since=day_start(now)) == 2
 
 
 async def test_the_store_sums_todays_tokens_per_person_and_channel(any_store: Store) -> None:

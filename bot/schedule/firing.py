@@ -28,7 +28,7 @@ from bot.quotas import day_start, self_wakes_reason
 from bot.schedule.cron import CronSchedule
 from bot.schedule.cron_runs import latest_run, next_run
 from bot.schedule.timing import Punctuality, Verdict, format_duration, judge, local_text
-from bot.store import Reminder, ReminderKind, ReminderStatus, Store
+from bot.store import Reminder, ReminderKind, ReminderStatus, Store, WakeLimit
 from bot.types import EngineOutput, ReminderPost
 
 log = logging.getLogger(__name__)
@@ -124,27 +124,27 @@ class Firer:
         verdict = judge(reminder.due_at, started, max_lateness_s=self._max_lateness_s)
         outcome = ReminderStatus.MISSED if verdict.punctuality is Punctuality.MISSED else ReminderStatus.FIRED
         owed = _owed(reminder, verdict)
-        refusal = await self._wake_refusal(reminder, started) if owed is not None else None
-        if refusal is not None:
-            # Ended unfired: it starts no turn, so it is not one of the day's self-wakes either.
-            outcome, owed = ReminderStatus.MISSED, None
+        limit = None
+        if reminder.kind is ReminderKind.WAKE and self._max_wakes is not None:
+            limit = WakeLimit(self._max_wakes, day_start(started))
         claimed = await self._store.claim_reminder(
-            reminder_id, due_at=reminder.due_at, outcome=outcome, at=started, owed=owed
+            reminder_id, due_at=reminder.due_at, outcome=outcome, at=started, owed=owed, wake_limit=limit
         )
         if claimed is None:
             return await self._lost(reminder_id, started)
+        refusal = None
+        if outcome is ReminderStatus.FIRED and claimed.status is ReminderStatus.MISSED:
+            # Ended unfired by the day's limit: it starts no turn, so it is not one of the day's wakes either.
+            assert self._max_wakes is not None
+            owed, refusal = None, self._wake_refusal(reminder, started, self._max_wakes)
         report = FireReport(reminder_id, started, reminder.due_at, verdict, refused=refusal is not None)
         return Claim(report, claimed, owed, refusal=refusal)
 
-    async def _wake_refusal(self, reminder: Reminder, started: datetime) -> str | None:
-        """The thread's line when this wait would be one self-wake too many today; None when it may wake."""
-        if reminder.kind is not ReminderKind.WAKE or self._max_wakes is None:
-            return None
-        woken = await self._store.count_wakes(reminder.session_key, since=day_start(started))
-        if woken < self._max_wakes:
-            return None
-        log.warning("wait %d of %s not delivered: %d self-wakes today", reminder.id, reminder.session_key, woken)
-        why = self_wakes_reason(woken, self._max_wakes, started)
+    @staticmethod
+    def _wake_refusal(reminder: Reminder, started: datetime, limit: int) -> str:
+        """The thread's line for a wait that came due after the day's last self-wake."""
+        log.warning("wait %d of %s not delivered: %d self-wakes today", reminder.id, reminder.session_key, limit)
+        why = self_wakes_reason(limit, limit, started)
         return f"🚦 A wait came due but did not wake me: {why}. It was: {reminder.text}"
 
     def deliver(self, claim: Claim) -> ReminderPost | None:

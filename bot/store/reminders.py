@@ -30,6 +30,8 @@ from bot.store.reminder_posts import insert_post
 from bot.store.schema import ts, ts_or_none
 
 _COLUMNS = "id, session_key, kind, text, requester, due_at, cron, zone, status, fired_at, created_at"
+_WAKES_SQL = "SELECT COUNT(*) FROM reminders WHERE session_key = ? AND kind = 'wake' AND fired_at >= ?"
+"""The waits that woke a session since a moment: the agent's own turns, counted for their daily quota."""
 
 
 class ReminderKind(StrEnum):
@@ -52,6 +54,14 @@ class PendingLimitReached(Exception):
     def __init__(self, pending: int) -> None:
         super().__init__(f"{pending} pending")
         self.pending = pending
+
+
+@dataclass(frozen=True, slots=True)
+class WakeLimit:
+    """How many waits may wake one session since a moment (the day's start): `claim_reminder` holds a wait to it."""
+
+    max_wakes: int
+    since: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +123,18 @@ async def _owe(db: Db, reminder: Reminder, run: datetime, owed: str | None, repl
         return replace(reminder, inbox_id=await insert_inbox(db, reminder.session_key, owed))
     await insert_post(db, reminder.id, run, owed, replica)
     return reminder
+
+
+async def _no_wake_left(db: Db, reminder_id: int, limit: WakeLimit) -> bool:
+    """Whether the session of wait `reminder_id` has used its wakes since `limit.since` (under a lock on it)."""
+    rows = await db.fetch("SELECT session_key FROM reminders WHERE id = ? AND kind = 'wake'", reminder_id)
+    if not rows:
+        return False
+    session_key = rows[0][0]
+    if db.dialect.lock_name:
+        await db.execute(db.dialect.lock_name, (f"wakes:{session_key}",))
+    counted = await db.fetch(_WAKES_SQL, session_key, ts(limit.since))
+    return int(counted[0][0]) >= limit.max_wakes
 
 
 async def _pending(db: Db, requester: str | None, session_key: str) -> int:
@@ -206,9 +228,8 @@ class ReminderQueries:
 
     async def count_wakes(self, session_key: str, *, since: datetime) -> int:
         """Waits of a session that fired (woke it) since `since`: the agent's own turns, for their daily quota."""
-        sql = "SELECT COUNT(*) FROM reminders WHERE session_key = ? AND kind = 'wake' AND fired_at >= ?"
         async with self._read() as db:
-            rows = await db.fetch(sql, session_key, ts(since))
+            rows = await db.fetch(_WAKES_SQL, session_key, ts(since))
         return int(rows[0][0])
 
     async def get_reminder(self, reminder_id: int) -> Reminder | None:
@@ -232,20 +253,29 @@ class ReminderQueries:
         outcome: ReminderStatus,
         at: datetime | None = None,
         owed: str | None = None,
+        wake_limit: WakeLimit | None = None,
     ) -> Reminder | None:
         """End a pending one-shot due at `due_at` as `fired` or `missed`; None if someone else got there first.
 
         `owed` is what the claim promises, written with it: a reminder's post, or a wait's note (the
-        returned row then carries its `inbox_id`).
+        returned row then carries its `inbox_id`). With `wake_limit`, a wait whose session has fired
+        that many waits since its `since` ends `missed` owing nothing instead: counted inside the
+        claim, so two waits coming due together cannot both take the day's last wake.
         """
         if outcome not in (ReminderStatus.FIRED, ReminderStatus.MISSED):
             raise ValueError(f"a claim ends a reminder as fired or missed, not {outcome}")
-        fired_at = ts_or_none(at or utcnow()) if outcome is ReminderStatus.FIRED else None
         sql = (
             "UPDATE reminders SET status = ?, fired_at = ? "
             f"WHERE id = ? AND status = 'pending' AND due_at = ? AND cron IS NULL RETURNING {_COLUMNS}"
         )
         async with self._write() as db:
+            if (
+                wake_limit is not None
+                and outcome is ReminderStatus.FIRED
+                and await _no_wake_left(db, reminder_id, wake_limit)
+            ):
+                outcome, owed = ReminderStatus.MISSED, None
+            fired_at = ts_or_none(at or utcnow()) if outcome is ReminderStatus.FIRED else None
             rows = await db.fetch(sql, outcome.value, fired_at, reminder_id, ts(due_at))
             return await _owe(db, _reminder(rows[0]), due_at, owed, self.replica) if rows else None
 
