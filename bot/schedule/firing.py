@@ -10,7 +10,9 @@ A reminder is posted as is (no model call); a wait wakes its session
 through the engine, which starts a turn if the session is idle and injects the
 note if one is running. Too late (beyond `max_lateness_s`) means a notice that
 it was missed instead; a cron that missed several runs fires once, for the
-latest of them.
+latest of them. A wait that comes due after its thread has woken itself
+`BOT_MAX_SELF_WAKES_PER_DAY` times that UTC day is claimed as missed, counted
+inside the claim, and the thread is told why instead.
 """
 
 from __future__ import annotations
