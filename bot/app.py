@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import anthropic
 
+from bot.agent.budget import TokenBudget
 from bot.agent.compaction import Compactor
 from bot.agent.context import ContextSettings
 from bot.agent.engine import Engine
@@ -164,6 +165,8 @@ async def open_core(
             max_io=settings.bot_max_concurrent_io_tools,
             default_timeout_s=settings.bot_tool_timeout_s,
             zone=settings.zone,
+            max_per_user=settings.bot_max_concurrent_tools_per_user,
+            notice=output.notice,
         )
         # On PostgreSQL every open call may be a live replica's: only the reaper orphans, and only a dead one's.
         orphans = await registry.recover(replicas=[] if settings.database_url is not None else None)
@@ -198,6 +201,11 @@ async def open_core(
                     max_input_chars=settings.bot_max_input_chars,
                 ),
             ),
+            budget=TokenBudget(
+                store, per_user=settings.bot_daily_tokens_per_user, per_channel=settings.bot_daily_tokens_per_channel
+            )
+            if settings.bot_daily_tokens_per_user or settings.bot_daily_tokens_per_channel
+            else None,
         )
         engine = Engine(
             runner=runner,

@@ -23,6 +23,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from bot.errors import ConfigError
 from bot.model.prices import DEFAULT_PRICES, Price
+from bot.quotas import Quotas
 from tools.sandbox import Sandbox, ShellPolicy, secret_name_reason
 
 
@@ -162,6 +163,15 @@ class Settings(BaseSettings):
     bot_files_max_total_bytes: int = Field(20_000_000, gt=0)
     bot_file_text_max_chars: int = Field(100_000, gt=100)
     bot_upload_over_chars: int = Field(12_000, gt=100)
+    # Quotas (bot/quotas.py); the README's "Quotas" says why each default.
+    bot_max_reminders_per_user: int = Field(50, gt=0)
+    bot_min_cron_interval_s: float = Field(60, ge=60)
+    bot_max_reminder_chars: int = Field(2000, gt=0)
+    bot_min_wait_s: float = Field(1, gt=0)
+    bot_max_concurrent_tools_per_user: int = Field(8, gt=0)
+    bot_max_self_wakes_per_day: int = Field(48, ge=0)
+    bot_daily_tokens_per_user: int | None = Field(None, gt=0)
+    bot_daily_tokens_per_channel: int | None = Field(None, gt=0)
 
     @field_validator(
         "bot_allowed_users",
@@ -209,6 +219,8 @@ class Settings(BaseSettings):
         "bot_metrics_port",
         "bot_mcp_config",
         "bot_database_url",
+        "bot_daily_tokens_per_user",
+        "bot_daily_tokens_per_channel",
         mode="before",
     )
     @classmethod
@@ -303,6 +315,19 @@ class Settings(BaseSettings):
         if self.bot_enable_shell and self.bot_shell_sandbox is Sandbox.BWRAP and shutil.which("bwrap") is None:
             install = "install the Debian package bubblewrap, or set BOT_SHELL_SANDBOX=none"
             raise ConfigError(f"BOT_SHELL_SANDBOX: bwrap not found; {install}")
+
+    @property
+    def quotas(self) -> Quotas:
+        return Quotas(
+            max_reminders_per_user=self.bot_max_reminders_per_user,
+            min_cron_interval_s=self.bot_min_cron_interval_s,
+            max_reminder_chars=self.bot_max_reminder_chars,
+            min_wait_s=self.bot_min_wait_s,
+            max_concurrent_tools_per_user=self.bot_max_concurrent_tools_per_user,
+            max_self_wakes_per_day=self.bot_max_self_wakes_per_day,
+            daily_tokens_per_user=self.bot_daily_tokens_per_user,
+            daily_tokens_per_channel=self.bot_daily_tokens_per_channel,
+        )
 
     @property
     def heartbeat_enabled(self) -> bool:

@@ -2,23 +2,28 @@
 
 One row per group (day, channel, user, model or session) and model, with the
 tokens of each kind, the share of input read from the prompt cache, and an
-estimated cost from the price table (`bot.model.prices`, `BOT_MODEL_PRICES`).
+estimated cost from the price table (`bot.model.prices`, `BOT_MODEL_PRICES`). Below it, who is
+near a quota today: a daily token budget, their pending reminders, a thread's self-wakes.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from bot.calls.models import utcnow
 from bot.config import Settings
 from bot.model.prices import Price
-from bot.store import open_store
+from bot.quotas import Quotas, day_start, reset_text
+from bot.store import Store, open_store
 from bot.store.usage import UsageGrouping, UsageRow
 from bot.types import Usage
 
 _SPAN = re.compile(r"(\d+)([mhdw])")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+NEAR_SHARE = 0.8
+"""From what share of a quota a person, channel or thread is listed as near it."""
 HEADERS = ("{by}", "model", "calls", "input", "output", "cache read", "cache write", "cached", "est. cost")
 
 
@@ -62,6 +67,55 @@ def _token_cells(usage: Usage) -> list[str]:
     return [f"{count:,}" for count in counts] + [cached_share(usage)]
 
 
+@dataclass(frozen=True, slots=True)
+class NearLimit:
+    """One person, channel or thread at NEAR_SHARE or more of a quota today."""
+
+    who: str
+    what: str
+    used: int
+    limit: int
+    variable: str
+
+    def line(self) -> str:
+        share = f"{self.used / self.limit:.0%}"
+        return f"{self.who}  {self.what} {self.used:,} of {self.limit:,} ({share}, {self.variable})"
+
+
+async def near_limits(store: Store, quotas: Quotas, now: datetime) -> list[NearLimit]:
+    """Who is at NEAR_SHARE or more of a daily budget, of their pending reminders, or of a thread's self-wakes."""
+    since = day_start(now)
+    found: list[NearLimit] = []
+    budgets = (
+        (UsageGrouping.USER, quotas.daily_tokens_per_user, "BOT_DAILY_TOKENS_PER_USER"),
+        (UsageGrouping.CHANNEL, quotas.daily_tokens_per_channel, "BOT_DAILY_TOKENS_PER_CHANNEL"),
+    )
+    for grouping, budget, variable in budgets:
+        if budget is not None:
+            for who, used in await store.top_spenders(grouping, since=since):
+                found.append(NearLimit(who, "tokens today", used, budget, variable))
+    for who, pending in await store.pending_by_person():
+        found.append(
+            NearLimit(
+                who, "pending reminders and waits", pending, quotas.max_reminders_per_user, "BOT_MAX_REMINDERS_PER_USER"
+            )
+        )
+    if quotas.max_self_wakes_per_day > 0:
+        for who, woken in await store.wakes_by_session(since=since):
+            found.append(
+                NearLimit(who, "self-wakes today", woken, quotas.max_self_wakes_per_day, "BOT_MAX_SELF_WAKES_PER_DAY")
+            )
+    return [item for item in found if item.used >= NEAR_SHARE * item.limit]
+
+
+def render_limits(near: list[NearLimit], now: datetime) -> str:
+    """The report's last part: who is close to a quota, or one line saying nobody is."""
+    if not near:
+        return f"quotas: nobody is at {NEAR_SHARE:.0%} of a limit today (UTC)"
+    lines = [f"quotas: at {NEAR_SHARE:.0%} or more of a limit today (UTC; daily counts {reset_text(now)})"]
+    return "\n".join([*lines, *(f"  {item.line()}" for item in near)])
+
+
 async def usage_report(settings: Settings, *, since: str, by: str) -> int:
     """Print the table; 2 for a bad argument, 0 otherwise (an empty book prints an empty table)."""
     try:
@@ -70,10 +124,14 @@ async def usage_report(settings: Settings, *, since: str, by: str) -> int:
     except ValueError as exc:
         print(f"threadbot usage: {exc}")
         return 2
+    now = utcnow()
     store = await open_store(settings)
     try:
         rows = await store.usage_by(grouping, since=start)
+        near = await near_limits(store, settings.quotas, now)
     finally:
         await store.close()
     print(render(rows, grouping, settings.prices))
+    print()
+    print(render_limits(near, now))
     return 0

@@ -190,7 +190,7 @@ async def test_console_keeps_every_line_typed_between_turns(fake: FakeAnthropic,
 async def test_oneshot_fires_no_other_sessions_wait_and_makes_no_call_on_exit(
     fake: FakeAnthropic, tmp_path: Path
 ) -> None:
-    env = bot_env(fake, tmp_path, BOT_ENABLE_SHELL="1")
+    env = bot_env(fake, tmp_path, BOT_ENABLE_SHELL="1", BOT_MIN_WAIT_S="0.1")
     stubborn = tool_use("run_command", {"command": "trap '' TERM; sleep 30"})
     wait = tool_use("wait_for", {"seconds": 0.1, "reason": "check A"})
     fake.script(Reply.tools(wait, stubborn, text="Waiting."))

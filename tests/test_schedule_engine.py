@@ -72,8 +72,9 @@ async def test_wait_for_on_a_busy_session_arrives_as_a_mid_turn_note(
 
 
 async def test_a_real_timer_brings_the_agent_back(
-    fake: FakeAnthropic, settings: Settings, output: RecordingOutput
+    fake: FakeAnthropic, make_settings: Callable[..., Settings], output: RecordingOutput
 ) -> None:
+    settings = make_settings(bot_min_wait_s=0.2)  # below the default floor, to keep the test quick
     fake.script(Reply.tools(tool_use("wait_for", {"seconds": 0.2, "reason": "look again"})), Reply.text_only("ok"))
     async with schedule_core(fake, settings, output) as core:
         core.engine.submit(KEY, "look again in a moment")

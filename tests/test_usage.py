@@ -109,6 +109,7 @@ async def test_the_usage_command_prints_the_books(tmp_path: Path, fake: FakeAnth
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0].split()[:2] == ["model", "calls"] and lines[1].split()[:2] == [MODEL, "1"]
-    assert lines[-1].split()[:2] == ["total", "1"]
+    assert next(line for line in lines if line.startswith("total")).split()[:2] == ["total", "1"]
+    assert lines[-1] == "quotas: nobody is at 80% of a limit today (UTC)"
     code, out, _ = await run_bot("usage", "--since", "soon", env=env, cwd=tmp_path)
     assert code == 2 and "--since" in out

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bot.agent import protocol
+from bot.agent.budget import TokenBudget
 from bot.agent.compaction import Compactor
 from bot.agent.context import SizeEstimate, request_chars
 from bot.agent.injections import Injections
@@ -77,7 +78,8 @@ class TurnRequest:
     stop_at_first_wait: bool = False
     toolbox: Toolbox | None = None
     requester: str | None = None
-    """Who asked (an edge's user id), for the usage books; None for wake-ups and background results."""
+    """Who asked (an edge's user id), for the usage books; None for wake-ups and background results, which
+    are booked to the session's person."""
 
 
 class TurnRunner:
@@ -92,7 +94,10 @@ class TurnRunner:
         settings: TurnSettings,
         system_prompt: Callable[[str], str],
         compactor: Compactor,
+        budget: TokenBudget | None = None,
     ) -> None:
+        """`budget` (daily token budgets) is asked before every model call; None: no budget."""
+        self._budget = budget
         self._provider = provider
         self._compactor = compactor
         self._registry = registry
@@ -119,7 +124,10 @@ class TurnRunner:
             protocol.append_user(messages, opening + request.content)
             conversation.inbox_ids += request.inbox_ids
             conversation.owes = request.resumed or bool(request.inbox_ids)
-            await self._loop(request, Billing(key, turn_id, request.requester), conversation, outcome)
+            # A turn nobody typed (a wake-up, a late result) is for the person the session is for: it is
+            # booked to them, counts against their budget, and its calls share their concurrency cap.
+            billing = Billing(key, turn_id, request.requester or await self._person(key))
+            await self._loop(request, billing, conversation, outcome)
         except ModelError as exc:
             outcome.error = str(exc)
             self._output.notice(key, f"⚠️ Model error: {exc}")
@@ -172,7 +180,7 @@ class TurnRunner:
                 cut_off = True
                 protocol.append_user(messages, [protocol.text_block(CONTINUE_NOTE)])
             elif reply.tool_uses:
-                if not await self._run_batch(request, conversation.turn_id, reply, malformed, conversation, outcome):
+                if not await self._run_batch(request, billing, reply, malformed, conversation, outcome):
                     return
             elif reply.stop_reason == "pause_turn":
                 continue  # the API continues a paused reply when it is sent back as it is
@@ -187,7 +195,12 @@ class TurnRunner:
         self, request: TurnRequest, billing: Billing, conversation: _Conversation, outcome: TurnOutcome
     ) -> ModelReply | None:
         """Fit the history to the context window and ask; when the API still finds it too long, compact
-        whatever the estimate says and ask once more (a second refusal is the turn's error)."""
+        whatever the estimate says and ask once more (a second refusal is the turn's error). None, with a
+        line for the thread, when a daily token budget is spent: no model call, compaction's included."""
+        if self._budget is not None and (refusal := await self._budget.refusal(billing.session_key, billing.requester)):
+            self._output.notice(billing.session_key, refusal)
+            outcome.error = "the daily token budget is spent"
+            return None
         await self._fit(request, billing, conversation, force=False)
         try:
             reply = await self._ask_model(request, billing, conversation, outcome)
@@ -250,7 +263,7 @@ class TurnRunner:
     async def _run_batch(
         self,
         request: TurnRequest,
-        turn_id: str,
+        billing: Billing,
         reply: ModelReply,
         malformed: set[str],
         conversation: _Conversation,
@@ -266,7 +279,8 @@ class TurnRunner:
                     self._registry.submit(
                         call_id=block["id"],
                         session_key=key,
-                        turn_id=turn_id,
+                        turn_id=conversation.turn_id,
+                        requester=billing.requester,
                         tool_name=block["name"],
                         tool_input=block["input"],
                         tool=toolbox.get(block["name"]),
@@ -311,6 +325,10 @@ class TurnRunner:
             quick = [call for call in calls if (tool := toolbox.get(call.tool_name)) is not None and tool.quick]
             await asyncio.gather(*(self._registry.wait_final(call.id) for call in quick))
         return end
+
+    async def _person(self, session_key: str) -> str | None:
+        session = await self._store.get_session(session_key)
+        return session.person if session is not None else None
 
     async def _late_result_blocks(self, conversation: _Conversation, *, exclude: set[str]) -> list[dict[str, JSON]]:
         """Notes for background calls that finished after their turn yielded; each is delivered once.

@@ -12,7 +12,7 @@ import contextlib
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import tzinfo
 from pathlib import Path
@@ -21,6 +21,7 @@ from bot.calls import process_groups
 from bot.calls.models import JSON, CallStatus, ProgressKind, ToolCall
 from bot.calls.slots import Slots
 from bot.calls.writer import CallWriter
+from bot.quotas import QuotaExceeded
 from bot.store import ProcessGroupRecord, Store
 from bot.text import clean_json, clean_text
 from bot.types import CallListener
@@ -30,6 +31,8 @@ log = logging.getLogger(__name__)
 
 PROGRESS_FLUSH_S = 0.5
 KEEP_FINAL_IN_MEMORY = 5_000
+Notice = Callable[[str, str], None]
+"""`EngineOutput.notice`: a line for the people in a session."""
 CANCEL_WAIT_S = 5.0
 
 
@@ -54,12 +57,21 @@ class CallRegistry:
         max_io: int,
         default_timeout_s: float,
         zone: tzinfo | None = None,
+        max_per_user: int | None = None,
+        notice: Notice | None = None,
     ) -> None:
+        """`max_per_user` caps one person's running thread and process calls across their sessions;
+        `notice` says a line in a session's thread (a quota a call hit)."""
         self._store = store
+        self._notice = notice
         self._zone = zone
         self._writer = CallWriter(store)
         self._work_dir = work_dir
-        self._slots = Slots(max_concurrent=max_concurrent, max_per_session=max_per_session, max_io=max_io)
+        self._slots = Slots(
+            max_concurrent=max_concurrent, max_per_session=max_per_session, max_io=max_io, max_per_user=max_per_user
+        )
+        self._told_waiting: set[str] = set()
+        """Turns whose thread was told a call waits for its person's other calls (told once a turn)."""
         self._default_timeout_s = default_timeout_s
         self._calls: OrderedDict[str, ToolCall] = OrderedDict()
         self._open_by_session: dict[str, set[str]] = {}
@@ -104,8 +116,11 @@ class CallRegistry:
         tool: Tool | None,
         error: str | None = None,
         parent_id: str | None = None,
+        requester: str | None = None,
     ) -> ToolCall:
-        """Register a call and start it in the background; with `error` it is failed at once."""
+        """Register a call and start it in the background; with `error` it is failed at once.
+
+        `requester` is the person the call runs for: their calls share BOT_MAX_CONCURRENT_TOOLS_PER_USER."""
         call = ToolCall(call_id, session_key, turn_id, tool_name, tool_input, parent_id=parent_id)
         self._remember(call)
         if error is not None or tool is None:
@@ -124,10 +139,11 @@ class CallRegistry:
         self._open_by_session.setdefault(session_key, set()).add(call_id)
         self._done[call_id] = asyncio.Event()
         self._publish(call)
-        self._tasks[call_id] = asyncio.create_task(self._run(call, tool), name=f"tool:{tool_name}:{call_id}")
+        run = self._run(call, tool, requester)
+        self._tasks[call_id] = asyncio.create_task(run, name=f"tool:{tool_name}:{call_id}")
         return call
 
-    async def _run(self, call: ToolCall, tool: Tool) -> None:
+    async def _run(self, call: ToolCall, tool: Tool, requester: str | None = None) -> None:
         loop = asyncio.get_running_loop()
         ctx = ToolContext(
             call.id,
@@ -140,7 +156,17 @@ class CallRegistry:
         )
         timeout_s = tool.timeout_s or self._default_timeout_s
         try:
-            async with self._slots.hold(call.session_key, tool.kind) if tool.uses_slot else contextlib.nullcontext():
+            slots = (
+                self._slots.hold(
+                    call.session_key,
+                    tool.kind,
+                    user=requester,
+                    on_user_wait=lambda cap: self._waits(call, requester, cap),
+                )
+                if tool.uses_slot
+                else contextlib.nullcontext()
+            )
+            async with slots:
                 call.transition(CallStatus.RUNNING)
                 call.add_progress(ProgressKind.STARTED, {"tool": call.tool_name})
                 # Not awaited: the tool starts now, and its `running` row goes out with the next commit.
@@ -162,12 +188,29 @@ class CallRegistry:
             ctx.cancelled.set()
             await self._finish(call, CallStatus.FAILED, error=f"timed out after {timeout_s:g}s", timed_out=True)
         except ToolError as exc:
+            if isinstance(exc, QuotaExceeded):
+                self._say(call.session_key, exc.line)
             await self._finish(call, CallStatus.FAILED, error=str(exc))
         except Exception as exc:
             log.exception("tool %s crashed (call %s)", call.tool_name, call.id)
             await self._finish(call, CallStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
         finally:
             self._tasks.pop(call.id, None)
+
+    def _waits(self, call: ToolCall, requester: str | None, cap: int) -> None:
+        """A call held back by its person's cap: its progress says so, and the thread once a turn."""
+        why = (
+            f"{requester} has {cap} tool calls running, the most BOT_MAX_CONCURRENT_TOOLS_PER_USER allows; "
+            "this one starts when one of them ends"
+        )
+        self._progress(call, ProgressKind.LOG, f"waiting: {why}")
+        if call.turn_id not in self._told_waiting:
+            self._told_waiting.add(call.turn_id)
+            self._say(call.session_key, f"🚦 A tool call waits: {why}.")
+
+    def _say(self, session_key: str, line: str) -> None:
+        if self._notice is not None:
+            self._notice(session_key, line)
 
     async def _track_group(self, call: ToolCall, pgid: int) -> None:
         record = ProcessGroupRecord(call.id, pgid, process_groups.identity(pgid), self._owner)
@@ -226,6 +269,7 @@ class CallRegistry:
             if not open_calls:
                 del self._open_by_session[call.session_key]
                 self._slots.forget(call.session_key)
+                self._told_waiting.discard(call.turn_id)
         self._done.setdefault(call.id, asyncio.Event()).set()
         self._publish(call)
         self._evict_old_final_calls()

@@ -100,7 +100,8 @@ def state_text(call: ToolCall, *, now: datetime | None = None, who: Show = _as_i
     """
     status = call.status
     if status is CallStatus.PENDING:
-        return "pending (waiting for a free slot)"
+        detail = latest_progress(call)  # a cap that holds it back says which
+        return f"pending ({text(detail)})" if detail else "pending (waiting for a free slot)"
     if status is CallStatus.RUNNING:
         started = call.started_at or call.created_at
         running = f"running {max(0.0, ((now or utcnow()) - started).total_seconds()):.0f}s"

@@ -13,6 +13,7 @@ clock (time zones, daylight saving).
 from __future__ import annotations
 
 import calendar
+import itertools
 import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -91,6 +92,18 @@ class CronSchedule:
             day_or_weekday=not fields[2].startswith("*") and not fields[4].startswith("*"),
             by_the_clock=fields[0].startswith("*") or fields[1].startswith("*"),
         )
+
+    @property
+    def shortest_gap_s(self) -> int:
+        """The shortest time between two runs, by the times of day it names (a bound a quota can hold it to).
+
+        Within a day it is the closest two of those times; across midnight the last one to the first,
+        counted as if every day matched, so the answer is never longer than a real gap.
+        """
+        times = sorted(hour * 60 + minute for hour in self.hours for minute in self.minutes)
+        gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+        gaps.append(24 * 60 - times[-1] + times[0])
+        return min(gaps) * 60
 
     def matches_day(self, day: date) -> bool:
         if day.month not in self.months:

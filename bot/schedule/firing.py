@@ -10,7 +10,9 @@ A reminder is posted as is (no model call); a wait wakes its session
 through the engine, which starts a turn if the session is idle and injects the
 note if one is running. Too late (beyond `max_lateness_s`) means a notice that
 it was missed instead; a cron that missed several runs fires once, for the
-latest of them.
+latest of them. A wait that comes due after its thread has woken itself
+`BOT_MAX_SELF_WAKES_PER_DAY` times that UTC day is claimed as missed, counted
+inside the claim, and the thread is told why instead.
 """
 
 from __future__ import annotations
@@ -24,10 +26,11 @@ from zoneinfo import ZoneInfo
 
 from bot.agent.engine import Delivery
 from bot.calls.models import utcnow
+from bot.quotas import day_start, self_wakes_reason
 from bot.schedule.cron import CronSchedule
 from bot.schedule.cron_runs import latest_run, next_run
 from bot.schedule.timing import Punctuality, Verdict, format_duration, judge, local_text
-from bot.store import Reminder, ReminderKind, ReminderStatus, Store
+from bot.store import Reminder, ReminderKind, ReminderStatus, Store, WakeLimit
 from bot.types import EngineOutput, ReminderPost
 
 log = logging.getLogger(__name__)
@@ -58,6 +61,8 @@ class FireReport:
     """None when nothing was delivered or reported: not pending any more, or another firing won."""
     next_due_at: datetime | None = None
     """When the row is due next if it is still pending (a cron, or a row another process moved)."""
+    refused: bool = False
+    """On time, but a quota kept it from being delivered (the thread was told why)."""
 
     @property
     def lateness_s(self) -> float | None:
@@ -65,7 +70,7 @@ class FireReport:
 
     @property
     def delivered(self) -> bool:
-        return self.verdict is not None and self.verdict.punctuality is not Punctuality.MISSED
+        return self.verdict is not None and self.verdict.punctuality is not Punctuality.MISSED and not self.refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +83,8 @@ class Claim:
     """What this firing delivers (the post's text, the wait's note); None for a miss."""
     farewell: str | None = None
     """Told to the thread after the delivery when a cron row ended because its schedule has no run ahead."""
+    refusal: str | None = None
+    """Told to the thread instead of the delivery: a wait that would pass the thread's daily self-wakes."""
 
 
 class Firer:
@@ -85,8 +92,18 @@ class Firer:
     caller can schedule the next run in between and a failing edge never loses a cron's next run."""
 
     def __init__(
-        self, *, store: Store, waker: Waker, output: EngineOutput, zone: ZoneInfo, max_lateness_s: float, clock: Clock
+        self,
+        *,
+        store: Store,
+        waker: Waker,
+        output: EngineOutput,
+        zone: ZoneInfo,
+        max_lateness_s: float,
+        clock: Clock,
+        max_self_wakes_per_day: int | None = None,
     ) -> None:
+        """`max_self_wakes_per_day` bounds the waits one thread's agent is woken by per UTC day (None: no bound)."""
+        self._max_wakes = max_self_wakes_per_day
         self._store = store
         self._waker = waker
         self._output = output
@@ -109,12 +126,28 @@ class Firer:
         verdict = judge(reminder.due_at, started, max_lateness_s=self._max_lateness_s)
         outcome = ReminderStatus.MISSED if verdict.punctuality is Punctuality.MISSED else ReminderStatus.FIRED
         owed = _owed(reminder, verdict)
+        limit = None
+        if reminder.kind is ReminderKind.WAKE and self._max_wakes is not None:
+            limit = WakeLimit(self._max_wakes, day_start(started))
         claimed = await self._store.claim_reminder(
-            reminder_id, due_at=reminder.due_at, outcome=outcome, at=started, owed=owed
+            reminder_id, due_at=reminder.due_at, outcome=outcome, at=started, owed=owed, wake_limit=limit
         )
         if claimed is None:
             return await self._lost(reminder_id, started)
-        return Claim(FireReport(reminder_id, started, reminder.due_at, verdict), claimed, owed)
+        refusal = None
+        if outcome is ReminderStatus.FIRED and claimed.status is ReminderStatus.MISSED:
+            # Ended unfired by the day's limit: it starts no turn, so it is not one of the day's wakes either.
+            assert self._max_wakes is not None
+            owed, refusal = None, self._wake_refusal(reminder, started, self._max_wakes)
+        report = FireReport(reminder_id, started, reminder.due_at, verdict, refused=refusal is not None)
+        return Claim(report, claimed, owed, refusal=refusal)
+
+    @staticmethod
+    def _wake_refusal(reminder: Reminder, started: datetime, limit: int) -> str:
+        """The thread's line for a wait that came due after the day's last self-wake."""
+        log.warning("wait %d of %s not delivered: %d self-wakes today", reminder.id, reminder.session_key, limit)
+        why = self_wakes_reason(limit, limit, started)
+        return f"🚦 A wait came due but did not wake me: {why}. It was: {reminder.text}"
 
     def deliver(self, claim: Claim) -> ReminderPost | None:
         """Hand a won claim over: a wait to the engine, a miss as a notice; a reminder comes back as the
@@ -124,7 +157,9 @@ class Firer:
             return None
         key = reminder.session_key
         post = None
-        if claim.owed is None:
+        if claim.refusal is not None:
+            self._output.notice(key, claim.refusal)
+        elif claim.owed is None:
             self._output.notice(key, self._missed_text(reminder, report.due_at, report.verdict, report.next_due_at))
         elif reminder.kind is ReminderKind.WAKE:
             if self._waker.submit(key, claim.owed, inbox_id=reminder.inbox_id) is Delivery.REFUSED:

@@ -13,12 +13,14 @@ from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from bot.quotas import Quotas
 from bot.schedule.cron import CronSchedule
 from bot.schedule.cron_runs import first_run
+from bot.schedule.limits import check_cron, check_text, pending_refusal
 from bot.schedule.scheduler import Scheduler
 from bot.schedule.timing import format_duration, iso_utc, local_text, parse_timestamp
 from bot.schedule.zones import Zones
-from bot.store import Reminder, ReminderKind
+from bot.store import PendingLimitReached, Reminder, ReminderKind
 from tools.base import JSON, Tool, ToolContext, ToolError, tool
 
 MAX_AHEAD_S = 5 * 366 * 86400
@@ -41,15 +43,19 @@ def reminder_view(reminder: Reminder, zone: ZoneInfo) -> dict[str, JSON]:
     return view
 
 
-def reminder_tools(scheduler: Scheduler, zones: Zones) -> list[Tool]:
-    """The three reminder tools over `scheduler`; quick, and they take no concurrency slot."""
+def reminder_tools(scheduler: Scheduler, zones: Zones, quotas: Quotas | None = None) -> list[Tool]:
+    """The three reminder tools over `scheduler`, held to `quotas`; quick, and they take no concurrency slot."""
+    limits = quotas or Quotas()
 
     @tool(
         "schedule_reminder",
         "Post a reminder in this conversation at a time, mentioning the person who asked; no reply from you is "
         "needed then. Give exactly one of: at (ISO 8601; without an offset it is read in `timezone`), "
         "in_seconds, or cron (five fields, minute hour day-of-month month day-of-week, repeats until cancelled). "
-        "timezone defaults to the person's own, else the daemon's.",
+        "timezone defaults to the person's own, else the daemon's. Limits: text of at most "
+        f"{limits.max_reminder_chars} characters, a cron at most once every "
+        f"{format_duration(limits.min_cron_interval_s)}, {limits.max_reminders_per_user} pending reminders "
+        "and waits per person.",
         {
             "text": {"type": "string", "minLength": 1, "description": "What to post, e.g. 'stand-up in 5 minutes'."},
             "at": {"type": "string", "description": "e.g. 2026-05-01T09:00:00 or 2026-05-01T09:00:00+02:00"},
@@ -65,6 +71,7 @@ def reminder_tools(scheduler: Scheduler, zones: Zones) -> list[Tool]:
         text = args["text"].strip()
         if not text:
             raise ToolError("text must not be empty")
+        check_text(text, limits, what="A reminder")
         forms = [name for name in ("at", "in_seconds", "cron") if args.get(name) is not None]
         if len(forms) != 1:
             got = f" (got {' and '.join(forms)})" if forms else ""
@@ -74,16 +81,22 @@ def reminder_tools(scheduler: Scheduler, zones: Zones) -> list[Tool]:
         except ValueError as exc:
             raise ToolError(str(exc)) from None
         now = scheduler.now()
-        cron = args.get("cron")
-        due_at = _first_due(args, zone, now)
-        reminder = await scheduler.add(
-            session_key=ctx.session_key,
-            kind=ReminderKind.REMINDER,
-            text=text,
-            due_at=due_at,
-            cron=CronSchedule.parse(cron).expr if cron is not None else None,
-            zone=zone.key,
-        )
+        due_at, schedule = _first_due(args, zone, now)
+        if schedule is not None:
+            check_cron(schedule, limits)
+        try:
+            reminder = await scheduler.add(
+                session_key=ctx.session_key,
+                kind=ReminderKind.REMINDER,
+                text=text,
+                due_at=due_at,
+                cron=schedule.expr if schedule is not None else None,
+                zone=zone.key,
+                max_pending=limits.max_reminders_per_user,
+            )
+        except PendingLimitReached as exc:
+            requester = await scheduler.requester(ctx.session_key)
+            raise pending_refusal(exc.pending, requester, limits, what="A reminder") from None
         return {**reminder_view(reminder, zone), "due_in": format_duration((due_at - now).total_seconds())}
 
     @tool(
@@ -118,8 +131,8 @@ def reminder_tools(scheduler: Scheduler, zones: Zones) -> list[Tool]:
     return [schedule_reminder, list_reminders, cancel_reminder]
 
 
-def _first_due(args: dict[str, Any], zone: ZoneInfo, now: datetime) -> datetime:
-    """When a new reminder is first due, from whichever of at / in_seconds / cron was given."""
+def _first_due(args: dict[str, Any], zone: ZoneInfo, now: datetime) -> tuple[datetime, CronSchedule | None]:
+    """When a new reminder is first due, from whichever of at / in_seconds / cron was given (and the cron)."""
     if (at := args.get("at")) is not None:
         try:
             due_at = parse_timestamp(at, zone)
@@ -129,12 +142,12 @@ def _first_due(args: dict[str, Any], zone: ZoneInfo, now: datetime) -> datetime:
             raise ToolError(f"{local_text(due_at, zone)} is in the past (it is now {local_text(now, zone)})")
         if (due_at - now).total_seconds() > MAX_AHEAD_S:
             raise ToolError(f"{local_text(due_at, zone)} is more than {format_duration(MAX_AHEAD_S)} away")
-        return due_at
+        return due_at, None
     if (seconds := args.get("in_seconds")) is not None:
         seconds = float(seconds)
         if not math.isfinite(seconds) or not 0 < seconds <= MAX_AHEAD_S:
             raise ToolError(f"in_seconds must be positive and at most {MAX_AHEAD_S:g}, got {seconds:g}")
-        return now + timedelta(seconds=seconds)
+        return now + timedelta(seconds=seconds), None
     try:
         schedule = CronSchedule.parse(args["cron"])
     except ValueError as exc:
@@ -142,7 +155,7 @@ def _first_due(args: dict[str, Any], zone: ZoneInfo, now: datetime) -> datetime:
     first = first_run(schedule, zone, now)
     if first is None:
         raise ToolError(f"cron {schedule.expr!r} never fires (is that date real?)")
-    return first
+    return first, schedule
 
 
 def _reminder_id(value: Any) -> int:

@@ -82,14 +82,22 @@ class Scheduler:
         owns: SessionFilter | None = None,
         reminder_retry_s: float = REMINDER_RETRY_S,
         periodic: Periodic | None = None,
+        max_self_wakes_per_day: int | None = None,
     ) -> None:
-        """`periodic` (a cluster) runs the interval jobs instead of APScheduler, once per tick cluster-wide."""
+        """`periodic` (a cluster) runs the interval jobs instead of APScheduler, once per tick cluster-wide;
+        `max_self_wakes_per_day` bounds the waits that wake one thread per UTC day (None: no bound)."""
         self._periodic = periodic
         self._store = store
         self._clock = clock
         self._owns = owns
         self._firer = Firer(
-            store=store, waker=waker, output=output, zone=zone, max_lateness_s=max_lateness_s, clock=clock
+            store=store,
+            waker=waker,
+            output=output,
+            zone=zone,
+            max_lateness_s=max_lateness_s,
+            clock=clock,
+            max_self_wakes_per_day=max_self_wakes_per_day,
         )
         self._poster = ReminderPoster(store=store, edge=output, retry_window_s=reminder_retry_s)
         self._aps = AsyncIOScheduler(timezone=UTC, job_defaults=JOB_DEFAULTS)
@@ -139,15 +147,25 @@ class Scheduler:
         due_at: datetime,
         cron: str | None = None,
         zone: str | None = None,
+        max_pending: int | None = None,
     ) -> Reminder:
-        """Store a wait or reminder for the person who asked in this session, and schedule it."""
-        session = await self._store.get_session(session_key)
-        requester = session.address.get("speaker") or session.address.get("requester") if session else None
+        """Store a wait or reminder for the person who asked in this session, and schedule it.
+
+        With `max_pending`, `PendingLimitReached` when that person has that many pending already."""
+        requester = await self.requester(session_key)
         item = NewReminder(session_key, kind, text, due_at, requester=requester, cron=cron, zone=zone)
-        reminder = await self._store.add_reminder(item)
+        reminder = await self._store.add_reminder(item, max_pending=max_pending)
         self._schedule(reminder.id, reminder.due_at)
         self._changed(reminder.id)
         return reminder
+
+    async def requester(self, session_key: str) -> str | None:
+        """Whom a row added in this session is for: who spoke last, else who started the session."""
+        session = await self._store.get_session(session_key)
+        return session.person if session is not None else None
+
+    async def count_wakes(self, session_key: str, *, since: datetime) -> int:
+        return await self._store.count_wakes(session_key, since=since)
 
     async def cancel(self, reminder_id: int, *, session_key: str) -> Reminder | None:
         """Cancel a pending reminder of this session; None if it has none by that id."""

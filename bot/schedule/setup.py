@@ -51,6 +51,7 @@ def build_scheduler(
         owns=owns,
         reminder_retry_s=settings.bot_reminder_retry_s,
         periodic=periodic,
+        max_self_wakes_per_day=settings.bot_max_self_wakes_per_day,
     )
     now = clock or utcnow
 
@@ -66,8 +67,8 @@ def build_scheduler(
         scheduler.every(RETENTION_JOB_ID, RETENTION_SWEEP_S, retention.sweep)
     zones = Zones(settings.zone, user_timezone)
     for item in (
-        *wait_tools(scheduler, default_zone=settings.zone, max_wait_s=settings.bot_max_wait_s),
-        *reminder_tools(scheduler, zones),
+        *wait_tools(scheduler, default_zone=settings.zone, max_wait_s=settings.bot_max_wait_s, quotas=settings.quotas),
+        *reminder_tools(scheduler, zones, settings.quotas),
     ):
         toolbox.add(item)
     # The heartbeat's sessions are this scheduler's only if the edge running it owns them (Slack does).

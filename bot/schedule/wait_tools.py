@@ -14,10 +14,12 @@ from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from bot.quotas import Quotas
 from bot.schedule.firing import wake_note
+from bot.schedule.limits import check_self_wakes, check_text, check_wait_length, pending_refusal
 from bot.schedule.scheduler import Scheduler
 from bot.schedule.timing import format_duration, iso_utc, parse_timestamp
-from bot.store import ReminderKind
+from bot.store import PendingLimitReached, ReminderKind
 from tools.base import Tool, ToolContext, ToolError, tool
 
 _REASON = {"type": "string", "minLength": 1, "description": "What to do when woken; you will read it back."}
@@ -34,13 +36,29 @@ def check_wait(seconds: float, max_wait_s: float) -> None:
         )
 
 
-def wait_tools(scheduler: Scheduler, *, default_zone: ZoneInfo, max_wait_s: float) -> list[Tool]:
-    """`wait_for` and `wait_until` over `scheduler`; quick, and they take no concurrency slot."""
+def wait_tools(
+    scheduler: Scheduler, *, default_zone: ZoneInfo, max_wait_s: float, quotas: Quotas | None = None
+) -> list[Tool]:
+    """`wait_for` and `wait_until` over `scheduler`, held to `quotas`; quick, and they take no concurrency slot."""
+    limits = quotas or Quotas()
 
     async def register(ctx: ToolContext, reason: str, due_at: datetime, seconds: float) -> str:
         if not reason:
             raise ToolError("reason must say what to do when woken")
-        reminder = await scheduler.add(session_key=ctx.session_key, kind=ReminderKind.WAKE, text=reason, due_at=due_at)
+        check_text(reason, limits, what="A wait")
+        check_wait_length(seconds, limits)
+        await check_self_wakes(scheduler, ctx.session_key, due_at, limits)
+        try:
+            reminder = await scheduler.add(
+                session_key=ctx.session_key,
+                kind=ReminderKind.WAKE,
+                text=reason,
+                due_at=due_at,
+                max_pending=limits.max_reminders_per_user,
+            )
+        except PendingLimitReached as exc:
+            requester = await scheduler.requester(ctx.session_key)
+            raise pending_refusal(exc.pending, requester, limits, what="A wait") from None
         return (
             f"wait registered: {format_duration(seconds)}, until {iso_utc(due_at)} (id {reminder.id}). "
             f"You will be woken with {wake_note(reason)}; nothing is blocked meanwhile."
@@ -49,7 +67,8 @@ def wait_tools(scheduler: Scheduler, *, default_zone: ZoneInfo, max_wait_s: floa
     @tool(
         "wait_for",
         "Come back to this conversation after some seconds, without blocking anything: returns at once, and "
-        f"you are woken later with [wait elapsed: REASON]. At most {format_duration(max_wait_s)}.",
+        f"you are woken later with [wait elapsed: REASON]. At least {format_duration(limits.min_wait_s)}, at most "
+        f"{format_duration(max_wait_s)}.",
         {"seconds": {"type": "number", "exclusiveMinimum": 0, "description": "How long to wait."}, "reason": _REASON},
         required=("seconds", "reason"),
         uses_slot=False,

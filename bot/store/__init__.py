@@ -6,7 +6,14 @@ from bot.store.opening import open_store
 from bot.store.outbox import OwedEdit, OwedMessage
 from bot.store.processes import ProcessGroupRecord
 from bot.store.reminder_posts import PostState
-from bot.store.reminders import NewReminder, Reminder, ReminderKind, ReminderStatus
+from bot.store.reminders import (
+    NewReminder,
+    PendingLimitReached,
+    Reminder,
+    ReminderKind,
+    ReminderStatus,
+    WakeLimit,
+)
 from bot.store.sqlite import SqliteStore
 from bot.store.store import SessionRecord, Store
 
@@ -15,6 +22,7 @@ __all__ = [
     "NewReminder",
     "OwedEdit",
     "OwedMessage",
+    "PendingLimitReached",
     "PostState",
     "ProcessGroupRecord",
     "Reminder",
@@ -24,5 +32,6 @@ __all__ = [
     "SqliteStore",
     "Store",
     "TxHook",
+    "WakeLimit",
     "open_store",
 ]

@@ -55,6 +55,9 @@ class Dialect:
     """The column that orders rows as inserted (SQLite's implicit `rowid`, an identity column in PostgreSQL)."""
     lock_row: str
     """Appended to a SELECT of a session row in a write: other writers of that session wait for this one."""
+    lock_name: str
+    """A statement taking a lock on the text parameter until the write ends: other writes naming it wait.
+    Empty where writes never run side by side."""
 
 
 SQLITE = Dialect(
@@ -62,12 +65,14 @@ SQLITE = Dialect(
     json_field="json_extract({doc}, '$.{name}')",
     row_order="rowid",
     lock_row="",  # BEGIN IMMEDIATE and the store's lock already let one writer in at a time
+    lock_name="",
 )
 POSTGRES = Dialect(
     json_patch="(({a})::jsonb || ({b})::jsonb)::text",
     json_field="(({doc})::jsonb ->> '{name}')",
     row_order="ord",
     lock_row=" FOR NO KEY UPDATE",  # blocks the session's other writers, not inserts that merely reference it
+    lock_name="SELECT pg_advisory_xact_lock(hashtext(?))",
 )
 
 

@@ -30,6 +30,8 @@ from bot.store.reminder_posts import insert_post
 from bot.store.schema import ts, ts_or_none
 
 _COLUMNS = "id, session_key, kind, text, requester, due_at, cron, zone, status, fired_at, created_at"
+_WAKES_SQL = "SELECT COUNT(*) FROM reminders WHERE session_key = ? AND kind = 'wake' AND fired_at >= ?"
+"""The waits that woke a session since a moment: the agent's own turns, counted for their daily quota."""
 
 
 class ReminderKind(StrEnum):
@@ -44,6 +46,22 @@ class ReminderStatus(StrEnum):
     FIRED = "fired"
     CANCELLED = "cancelled"
     MISSED = "missed"
+
+
+class PendingLimitReached(Exception):
+    """`add_reminders` with `max_pending`: the person already has that many pending; nothing was added."""
+
+    def __init__(self, pending: int) -> None:
+        super().__init__(f"{pending} pending")
+        self.pending = pending
+
+
+@dataclass(frozen=True, slots=True)
+class WakeLimit:
+    """How many waits may wake one session since a moment (the day's start): `claim_reminder` holds a wait to it."""
+
+    max_wakes: int
+    since: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +125,41 @@ async def _owe(db: Db, reminder: Reminder, run: datetime, owed: str | None, repl
     return reminder
 
 
+async def _no_wake_left(db: Db, reminder_id: int, limit: WakeLimit) -> bool:
+    """Whether the session of wait `reminder_id` has used its wakes since `limit.since` (under a lock on it)."""
+    rows = await db.fetch("SELECT session_key FROM reminders WHERE id = ? AND kind = 'wake'", reminder_id)
+    if not rows:
+        return False
+    session_key = rows[0][0]
+    if db.dialect.lock_name:
+        await db.execute(db.dialect.lock_name, (f"wakes:{session_key}",))
+    counted = await db.fetch(_WAKES_SQL, session_key, ts(limit.since))
+    return int(counted[0][0]) >= limit.max_wakes
+
+
+async def _pending(db: Db, requester: str | None, session_key: str) -> int:
+    if requester is not None:
+        rows = await db.fetch("SELECT COUNT(*) FROM reminders WHERE status = 'pending' AND requester = ?", requester)
+    else:
+        sql = "SELECT COUNT(*) FROM reminders WHERE status = 'pending' AND requester IS NULL AND session_key = ?"
+        rows = await db.fetch(sql, session_key)
+    return int(rows[0][0])
+
+
+async def _check_room(db: Db, items: Sequence[NewReminder], max_pending: int) -> None:
+    wanted: dict[tuple[str | None, str | None], tuple[str, int]] = {}
+    for item in items:
+        owner = (item.requester, None if item.requester is not None else item.session_key)
+        session_key, count = wanted.get(owner, (item.session_key, 0))
+        wanted[owner] = (session_key, count + 1)
+    for (requester, _), (session_key, count) in sorted(wanted.items(), key=lambda item: repr(item[0])):
+        if db.dialect.lock_name:  # two writes side by side (PostgreSQL) must not both count the same room
+            await db.execute(db.dialect.lock_name, (f"pending-reminders:{requester or session_key}",))
+        pending = await _pending(db, requester, session_key)
+        if pending + count > max_pending:
+            raise PendingLimitReached(pending)
+
+
 class ReminderQueries:
     """The reminder half of `Store`'s interface."""
 
@@ -121,8 +174,13 @@ class ReminderQueries:
         @staticmethod
         async def _require_session(db: Db, key: str) -> None: ...
 
-    async def add_reminders(self, items: Sequence[NewReminder]) -> list[Reminder]:
-        """Insert in one transaction, all or nothing; each session must exist (KeyError otherwise)."""
+    async def add_reminders(self, items: Sequence[NewReminder], *, max_pending: int | None = None) -> list[Reminder]:
+        """Insert in one transaction, all or nothing; each session must exist (KeyError otherwise).
+
+        With `max_pending`, a person (or, for rows without one, a session) who would then have more
+        pending rows than that gets none: `PendingLimitReached`. Counted inside the write, so the
+        calls of one batch cannot each see room for themselves.
+        """
         created_at = ts(utcnow())
         sql = (
             "INSERT INTO reminders (session_key, kind, text, requester, due_at, cron, zone, created_at) "
@@ -132,14 +190,47 @@ class ReminderQueries:
         async with self._write() as db:
             for key in {item.session_key for item in items}:
                 await self._require_session(db, key)
+            if max_pending is not None:
+                await _check_room(db, items, max_pending)
             for item in items:
                 params = (item.session_key, item.kind.value, item.text, item.requester, ts(item.due_at))
                 rows = await db.fetch(sql, *params, item.cron, item.zone, created_at)
                 added.append(_reminder(rows[0]))
         return added
 
-    async def add_reminder(self, item: NewReminder) -> Reminder:
-        return (await self.add_reminders([item]))[0]
+    async def add_reminder(self, item: NewReminder, *, max_pending: int | None = None) -> Reminder:
+        return (await self.add_reminders([item], max_pending=max_pending))[0]
+
+    async def count_pending(self, *, requester: str | None, session_key: str) -> int:
+        """Pending waits and reminders of a person, in every session (of a session, for rows without one)."""
+        async with self._read() as db:
+            return await _pending(db, requester, session_key)
+
+    async def pending_by_person(self) -> list[tuple[str, int]]:
+        """Pending waits and reminders per person (per session for rows without one), the most first."""
+        sql = (
+            "SELECT COALESCE(requester, session_key) AS who, COUNT(*) AS n FROM reminders"
+            " WHERE status = 'pending' GROUP BY who ORDER BY n DESC, who"
+        )
+        async with self._read() as db:
+            rows = await db.fetch(sql)
+        return [(str(row[0]), int(row[1])) for row in rows]
+
+    async def wakes_by_session(self, *, since: datetime) -> list[tuple[str, int]]:
+        """Waits that woke each session since `since`, the most first."""
+        sql = (
+            "SELECT session_key, COUNT(*) AS n FROM reminders WHERE kind = 'wake' AND fired_at >= ?"
+            " GROUP BY session_key ORDER BY n DESC, session_key"
+        )
+        async with self._read() as db:
+            rows = await db.fetch(sql, ts(since))
+        return [(str(row[0]), int(row[1])) for row in rows]
+
+    async def count_wakes(self, session_key: str, *, since: datetime) -> int:
+        """Waits of a session that fired (woke it) since `since`: the agent's own turns, for their daily quota."""
+        async with self._read() as db:
+            rows = await db.fetch(_WAKES_SQL, session_key, ts(since))
+        return int(rows[0][0])
 
     async def get_reminder(self, reminder_id: int) -> Reminder | None:
         async with self._read() as db:
@@ -162,20 +253,29 @@ class ReminderQueries:
         outcome: ReminderStatus,
         at: datetime | None = None,
         owed: str | None = None,
+        wake_limit: WakeLimit | None = None,
     ) -> Reminder | None:
         """End a pending one-shot due at `due_at` as `fired` or `missed`; None if someone else got there first.
 
         `owed` is what the claim promises, written with it: a reminder's post, or a wait's note (the
-        returned row then carries its `inbox_id`).
+        returned row then carries its `inbox_id`). With `wake_limit`, a wait whose session has fired
+        that many waits since its `since` ends `missed` owing nothing instead: counted inside the
+        claim, so two waits coming due together cannot both take the day's last wake.
         """
         if outcome not in (ReminderStatus.FIRED, ReminderStatus.MISSED):
             raise ValueError(f"a claim ends a reminder as fired or missed, not {outcome}")
-        fired_at = ts_or_none(at or utcnow()) if outcome is ReminderStatus.FIRED else None
         sql = (
             "UPDATE reminders SET status = ?, fired_at = ? "
             f"WHERE id = ? AND status = 'pending' AND due_at = ? AND cron IS NULL RETURNING {_COLUMNS}"
         )
         async with self._write() as db:
+            if (
+                wake_limit is not None
+                and outcome is ReminderStatus.FIRED
+                and await _no_wake_left(db, reminder_id, wake_limit)
+            ):
+                outcome, owed = ReminderStatus.MISSED, None
+            fired_at = ts_or_none(at or utcnow()) if outcome is ReminderStatus.FIRED else None
             rows = await db.fetch(sql, outcome.value, fired_at, reminder_id, ts(due_at))
             return await _owe(db, _reminder(rows[0]), due_at, owed, self.replica) if rows else None
 

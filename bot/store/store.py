@@ -43,6 +43,12 @@ class SessionRecord:
     address: dict[str, Any]
     turn_count: int
 
+    @property
+    def person(self) -> str | None:
+        """Whom the session's turns are for: who spoke in it last, else who started it (an edge's user id)."""
+        person = self.address.get("speaker") or self.address.get("requester")
+        return person if isinstance(person, str) else None
+
 
 def _session(row: Row) -> SessionRecord:
     return SessionRecord(

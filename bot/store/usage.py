@@ -37,6 +37,10 @@ _GROUP_SQL = {
 }
 
 
+_TOKENS = "SELECT SUM(u.input_tokens + u.output_tokens + u.cache_read_tokens + u.cache_write_tokens)"
+"""What a daily budget counts: every token a call cost, of every kind, as `threadbot usage` lists them."""
+
+
 @dataclass(frozen=True, slots=True)
 class UsageRow:
     """The calls of one group and model, and what they cost in tokens."""
@@ -90,3 +94,31 @@ class UsageQueries:
             UsageRow(str(row[0]), str(row[1]), int(row[2]), Usage(int(row[3]), int(row[4]), int(row[5]), int(row[6])))
             for row in rows
         ]
+
+    async def tokens_since(self, since: datetime, *, requester: str | None = None, channel: str | None = None) -> int:
+        """Tokens of every kind booked since `since` to a person, or to the sessions of a channel (a daily budget)."""
+        async with self._read() as db:
+            if channel is not None:
+                field = db.dialect.json_field.format(doc="s.address", name="channel")
+                joined = "FROM model_usage u JOIN sessions s ON s.key = u.session_key"
+                sql = f"{_TOKENS} {joined} WHERE u.at >= ? AND {field} = ?"
+                rows = await db.fetch(sql, ts(since), channel)
+            else:
+                rows = await db.fetch(
+                    f"{_TOKENS} FROM model_usage u WHERE u.at >= ? AND u.requester = ?", ts(since), requester
+                )
+        return int(rows[0][0] or 0)
+
+    async def top_spenders(self, grouping: UsageGrouping, *, since: datetime) -> list[tuple[str, int]]:
+        """Tokens of every kind per person or channel since `since`, the largest first (no group for none)."""
+        if grouping not in (UsageGrouping.USER, UsageGrouping.CHANNEL):
+            raise ValueError(f"budgets are per user or per channel, not per {grouping.value}")
+        async with self._read() as db:
+            channel = db.dialect.json_field.format(doc="s.address", name="channel")
+            group = "u.requester" if grouping is UsageGrouping.USER else channel
+            sql = (
+                f"{_TOKENS}, {group} AS grp FROM model_usage u LEFT JOIN sessions s ON s.key = u.session_key"
+                f" WHERE u.at >= ? AND {group} IS NOT NULL GROUP BY grp ORDER BY 1 DESC"
+            )
+            rows = await db.fetch(sql, ts(since))
+        return [(str(row[1]), int(row[0])) for row in rows]
