@@ -20,6 +20,7 @@ import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from bot.agent import protocol
 from bot.agent.compaction import Compactor
@@ -31,6 +32,7 @@ from bot.calls.models import JSON, CallStatus, ToolCall
 from bot.calls.registry import CallRegistry
 from bot.config import YieldStrategy
 from bot.errors import ContextOverflow, ModelError
+from bot.policy import Asker, Policy
 from bot.store import Store
 from bot.types import Billing, EngineOutput, Message, ModelReply, ModelRequest, Provider, TurnOutcome
 from tools.base import FILE_SINK
@@ -80,6 +82,16 @@ class TurnRequest:
     """Who asked (an edge's user id), for the usage books; None for wake-ups and background results."""
 
 
+class AskerLookup(Protocol):
+    async def __call__(self, session_key: str, requester: str | None) -> Asker:
+        """Who the policy sees asking in a session's turn (an edge adds the channel and user groups)."""
+        ...
+
+
+async def _requester_only(session_key: str, requester: str | None) -> Asker:
+    return Asker(requester)
+
+
 class TurnRunner:
     def __init__(
         self,
@@ -92,6 +104,8 @@ class TurnRunner:
         settings: TurnSettings,
         system_prompt: Callable[[str], str],
         compactor: Compactor,
+        policy: Policy | None = None,
+        askers: AskerLookup | None = None,
     ) -> None:
         self._provider = provider
         self._compactor = compactor
@@ -101,6 +115,8 @@ class TurnRunner:
         self._output = output
         self._settings = settings
         self._system_prompt = system_prompt
+        self._policy = policy or Policy()
+        self._askers = askers or _requester_only
 
     async def run(self, request: TurnRequest) -> TurnOutcome:
         key = request.session_key
@@ -115,6 +131,7 @@ class TurnRunner:
             turn_id = f"{key}#{await self._store.next_turn(key)}"
             messages = await self._store.load_messages(key)
             conversation = _Conversation(key, turn_id, messages, persisted=len(messages))
+            conversation.asker = await self._askers(key, request.requester)
             opening = await self._repair_blocks(messages) + await self._late_result_blocks(conversation, exclude=set())
             protocol.append_user(messages, opening + request.content)
             conversation.inbox_ids += request.inbox_ids
@@ -199,13 +216,18 @@ class TurnRunner:
         await self._fit(request, billing, conversation, force=True)
         return await self._ask_model(request, billing, conversation, outcome)
 
+    def _offered(self, toolbox: Toolbox, conversation: _Conversation) -> list[dict[str, JSON]]:
+        """The tools this turn's asker may have run: what the policy denies outright is not offered."""
+        hidden = self._policy.hidden(toolbox.names, conversation.asker)
+        return [spec for spec in toolbox.specs() if spec["name"] not in hidden]
+
     async def _fit(self, request: TurnRequest, billing: Billing, conversation: _Conversation, *, force: bool) -> None:
         toolbox = request.toolbox or self._toolbox
         compacted = await self._compactor.fit(
             conversation.messages,
             persisted=conversation.persisted,
             system=self._system_prompt(request.session_key),
-            tools=toolbox.specs(),
+            tools=self._offered(toolbox, conversation),
             billing=billing,
             estimate=conversation.estimate,
             force=force,
@@ -221,7 +243,10 @@ class TurnRunner:
         key = request.session_key
         toolbox = request.toolbox or self._toolbox
         model_request = ModelRequest(
-            system=self._system_prompt(key), messages=conversation.messages, tools=toolbox.specs(), billing=billing
+            system=self._system_prompt(key),
+            messages=conversation.messages,
+            tools=self._offered(toolbox, conversation),
+            billing=billing,
         )
         self._output.model_call_started(key)
         ask = asyncio.ensure_future(
@@ -269,7 +294,9 @@ class TurnRunner:
                         turn_id=turn_id,
                         tool_name=block["name"],
                         tool_input=block["input"],
-                        tool=toolbox.get(block["name"]),
+                        tool=(tool := toolbox.get(block["name"])),
+                        requester=conversation.asker.user,
+                        ruling=self._policy.rule_for(tool, block["name"], block["input"], conversation.asker),
                         error=MALFORMED_CALL
                         if block["id"] in malformed
                         # A cut-off call's input is only what arrived: it looks valid and means something else.
@@ -386,6 +413,8 @@ class _Conversation:
     owes: bool = False
     """The turn answers inbox rows: a shutdown leaves them owed for the next start."""
     estimate: SizeEstimate = field(default_factory=SizeEstimate)
+    asker: Asker = field(default_factory=lambda: Asker(None))
+    """Whom the tool policy sees asking in this turn."""
 
     async def save(self, store: Store, *, answered: bool = False) -> None:
         if len(self.messages) > self.persisted or answered:
