@@ -325,10 +325,14 @@ class CallRegistry:
         self._done.pop(call.id, None)
 
     def decide(self, call_id: str, *, approve: bool, by: str) -> bool:
-        """An approver's answer to a call waiting here; False when no call of this process waits for one."""
-        verdict = self._verdicts.get(call_id)
+        """An approver's answer to a call waiting here; False when no call of this process waits for one.
+
+        It may come before the call's task has begun to wait (oneshot answers as the call is published)."""
         call = self._calls.get(call_id)
-        if verdict is None or verdict.done() or call is None or not call.awaiting_approval:
+        if call is None or not call.awaiting_approval:
+            return False
+        verdict = self._verdicts.setdefault(call_id, asyncio.get_running_loop().create_future())
+        if verdict.done():
             return False
         verdict.set_result((approve, by))
         return True

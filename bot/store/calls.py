@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from bot.calls.models import CallStatus, ToolCall, utcnow
@@ -106,6 +108,23 @@ class CallQueries:
             )
             calls = [call_from_row(row) for row in rows]
         return sorted(calls, key=lambda call: call.created_at)
+
+    async def audit_calls(
+        self, *, since: datetime | None = None, requester: str | None = None, tool: str | None = None
+    ) -> list[ToolCall]:
+        """Calls for the audit trail, oldest first; `tool` may be a glob (`mcp__github__*`)."""
+        where, params = ["1 = 1"], []
+        if since is not None:
+            where.append("created_at >= ?")
+            params.append(ts(since))
+        if requester is not None:
+            where.append("requester = ?")
+            params.append(requester)
+        async with self._read() as db:
+            order = db.dialect.row_order
+            rows = await db.fetch(f"{_SELECT_CALLS} WHERE {' AND '.join(where)} ORDER BY created_at, {order}", *params)
+        calls = [call_from_row(row) for row in rows]
+        return [call for call in calls if tool is None or fnmatch.fnmatchcase(call.tool_name, tool)]
 
     async def adopt_asked_calls(self, replicas: Sequence[str] | None = None) -> list[ToolCall]:
         """Calls left waiting for an approval become this store's replica's, to wait for it here.
