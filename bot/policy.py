@@ -34,6 +34,7 @@ MCP_PREFIX = "mcp__"
 
 _TABLE_KEYS = frozenset({"allow", "ask", "deny", "approvers"})
 _RULE_KEYS = _TABLE_KEYS | {"users", "groups", "channels"}
+_TOML_LINE = re.compile(r"at line (\d+)")
 _PATTERN = re.compile(r"^(?P<name>[^()\s]+)(?:\((?P<args>.*)\))?$", re.DOTALL)
 
 
@@ -118,11 +119,12 @@ class Policy:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise PolicyError(f"{path}: cannot read the policy file ({exc})") from exc
+        lines = text.splitlines()
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
-            raise PolicyError(f"{path}: {exc}") from exc
-        lines = text.splitlines()
+            found = _TOML_LINE.search(str(exc))
+            raise PolicyError(f"{path}:{found[1] if found else len(lines)}: not valid TOML ({exc})") from None
         unknown = set(data) - {"default", "rule"}
         if unknown:
             raise PolicyError(f"{path}:{_line_of(lines, sorted(unknown)[0])}: unknown table {sorted(unknown)[0]!r}")
