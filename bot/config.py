@@ -218,6 +218,7 @@ class Settings(BaseSettings):
         "bot_heartbeat_channel",
         "bot_metrics_port",
         "bot_mcp_config",
+        "bot_policy_file",
         "bot_database_url",
         mode="before",
     )

@@ -34,7 +34,7 @@ PROGRESS_FLUSH_S = 0.5
 KEEP_FINAL_IN_MEMORY = 5_000
 CANCEL_WAIT_S = 5.0
 APPROVAL_TIMEOUT_S = 900.0
-audit_log = logging.getLogger("threadbot.audit")
+audit_log = logging.getLogger("bot.audit")
 
 
 @dataclass(frozen=True, slots=True)
@@ -475,7 +475,8 @@ class CallRegistry:
 
 
 def _audit(call: ToolCall) -> None:
-    """Every decision on a call is also a JSON log line, for a log pipeline to keep beside the database."""
+    """Every decision on a call is also a log line; with BOT_LOG_FORMAT=json its fields are the line's own, for
+    a log pipeline to keep beside the database's trail."""
     record = {
         "event": "tool_decision",
         "call_id": call.id,
@@ -486,7 +487,8 @@ def _audit(call: ToolCall) -> None:
         "decision": call.decision.value,
         "decided_by": call.decided_by,
     }
-    audit_log.info(json.dumps(record, ensure_ascii=False, default=str))
+    by = f" by {call.decided_by}" if call.decided_by else ""
+    audit_log.info("%s %s call %s%s", call.decision.value, call.tool_name, call.id, by, extra={"fields": record})
 
 
 def _jsonable(value: JSON) -> JSON:
