@@ -197,8 +197,8 @@ CHECKS: dict[str, Check] = {
     "model": check_model,
     "tools": check_tools,
     "shell": check_shell,
-    "policy": check_policy,
     "mcp": check_mcp,
+    "policy": check_policy,
 }
 
 

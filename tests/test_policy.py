@@ -95,8 +95,9 @@ def test_without_a_file_built_in_tools_run_the_shell_asks_and_mcp_asks_unless_re
     anyone = Asker("U1")
     assert verdict(built_in, "now", anyone) is Verdict.ALLOW
     assert verdict(built_in, "run_command", anyone, command="ls") is Verdict.ASK
-    assert verdict(built_in, "mcp__docs__search", anyone, mcp_tool("mcp__docs__search", read_only=True)) is Verdict.ALLOW
-    assert verdict(built_in, "mcp__docs__write", anyone, mcp_tool("mcp__docs__write", read_only=False)) is Verdict.ASK
+    search, write = mcp_tool("mcp__docs__search", read_only=True), mcp_tool("mcp__docs__write", read_only=False)
+    assert verdict(built_in, search.name, anyone, search) is Verdict.ALLOW
+    assert verdict(built_in, write.name, anyone, write) is Verdict.ASK
     assert built_in.rule_for(None, "run_command", {}, Asker(None)).approvers == ()  # nobody: it times out
 
 
@@ -104,7 +105,7 @@ def test_without_a_file_built_in_tools_run_the_shell_asks_and_mcp_asks_unless_re
     ("text", "line", "words"),
     [
         ('[default]\nallow = ["now"]\nalow = ["x"]\n', 3, "unknown key 'alow'"),
-        ('[default]\nallow = ["now"]\n\n[[rule]]\nusers = ["U1"]\ndeny = ["run_command(git"]\n', 6, "not a tool pattern"),
+        ('[default]\nallow = ["now"]\n\n[[rule]]\nusers = ["U1"]\ndeny = ["run_command(git"]\n', 6, "not a tool"),
         ('[default]\nallow = ["now"]\n[[rule]]\ndeny = ["now"]\n', 3, "gives no users, groups or channels"),
         ('[default]\nallow = "now"\n', 2, "allow must be a list"),
         ("[defaults]\nallow = []\n", 1, "unknown table 'defaults'"),
