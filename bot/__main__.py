@@ -85,6 +85,12 @@ COMMANDS = {
         "writes, the share read from the cache) and an estimated cost from the price table, one row per day, "
         "channel, user, model or session and model.",
     ),
+    "audit": (
+        "the audit trail of tool calls",
+        "Print every tool call kept in the database: when, which tool with which arguments, who asked, what "
+        "decided it (the tool policy's rule, or the person who approved or denied it) and how it ended. --json "
+        "prints one object per call and line.",
+    ),
 }
 USAGE_VARIABLES = ("bot_data_dir", "bot_database_url", "bot_model_prices")
 """All `usage` reads: it opens the database and prices what it finds there."""
@@ -130,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     oneshot.add_argument("--session", help="reuse a named session instead of a fresh one")
     oneshot.add_argument("--wait-for-async", action="store_true", help="wait for background tool calls")
     oneshot.add_argument("--resume", metavar="TOKEN", help="continue from a continuation token")
+    oneshot.add_argument(
+        "--approve", action="store_true", help="approve every call the tool policy asks about (else each is denied)"
+    )
 
     command("check")
     command("migrate")
@@ -139,6 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
     usage.add_argument(
         "--by", default="day", choices=["day", "channel", "user", "model", "session"], help="group rows (default day)"
     )
+    audit = command("audit")
+    audit.add_argument("--since", default="7d", help="how far back: 30m, 24h, 7d, 2w or all (default 7d)")
+    audit.add_argument("--user", help="only calls this Slack user id asked for")
+    audit.add_argument("--tool", help="only this tool (a glob: mcp__github__*)")
+    audit.add_argument("--json", action="store_true", help="one JSON object per call and line")
     return parser
 
 
@@ -196,6 +210,10 @@ async def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         from bot.usage_report import usage_report
 
         return await usage_report(settings, since=args.since, by=args.by)
+    if args.command == "audit":
+        from bot.audit_report import audit_report
+
+        return await audit_report(settings, since=args.since, user=args.user, tool=args.tool, as_json=args.json)
     from bot.check import run_checks
 
     return await run_checks(settings)
@@ -209,7 +227,12 @@ async def _oneshot(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     try:
         report = await oneshot(
-            settings, args.prompt, session=args.session, resume=args.resume, wait_for_async=args.wait_for_async
+            settings,
+            args.prompt,
+            session=args.session,
+            resume=args.resume,
+            wait_for_async=args.wait_for_async,
+            approve=args.approve,
         )
     except ThreadbotError as exc:
         print(json.dumps({"error": str(exc)}))

@@ -22,7 +22,7 @@ from bot.agent.context import ContextSettings
 from bot.agent.engine import Engine
 from bot.agent.prompt import system_prompt
 from bot.agent.toolbox import Toolbox
-from bot.agent.turn import TurnRunner, TurnSettings
+from bot.agent.turn import AskerLookup, TurnRunner, TurnSettings
 from bot.calls.models import ToolCall
 from bot.calls.registry import CallRegistry
 from bot.calls.system_tools import system_tools
@@ -32,6 +32,7 @@ from bot.mcp.config import load_mcp_config
 from bot.model.anthropic import AnthropicProvider
 from bot.model.metering import MeteredProvider, UsageMeter
 from bot.operator_tools import SourcedTool, load_entry_point_tools, load_module_tools, unique_tools
+from bot.policy import Policy
 from bot.schedule import Scheduler, build_scheduler
 from bot.schedule.firing import Clock
 from bot.store import Store, open_store
@@ -118,6 +119,7 @@ async def open_core(
     user_timezone: TimezoneLookup | None = None,
     clock: Clock | None = None,
     owns: SessionFilter | None = None,
+    askers: AskerLookup | None = None,
     before_store_closes: Callable[[], Awaitable[None]] | None = None,
     cluster: ClusterNode | None = None,
     shutdown_grace_s: float = SHUTDOWN_GRACE_S,
@@ -128,7 +130,8 @@ async def open_core(
     of being waited for: the process is going away without finishing them.
     `user_timezone` names the asking person's zone for reminders (the Slack edge
     passes a `users.info` lookup); `clock` is "now" for the scheduler (tests);
-    `owns` keeps the scheduler to this edge's sessions; `shutdown_grace_s` is how long running
+    `owns` keeps the scheduler to this edge's sessions; `askers` tells the tool policy who asks in a
+    session (the Slack edge adds the channel and user groups); `shutdown_grace_s` is how long running
     turns and calls get to finish at exit (tests shorten it). `before_store_closes` lets an
     edge send what the shutdown itself produced while the store can still be written.
     With `cluster` (BOT_DATABASE_URL) this process is one replica: its turns run as the
@@ -143,6 +146,7 @@ async def open_core(
     # Loaded first: a broken operator module or MCP file stops the start before anything opens.
     operator = [*load_module_tools(settings.bot_tool_modules), *load_entry_point_tools()]
     mcp_servers = load_mcp_config(settings.bot_mcp_config) if settings.bot_mcp_config else []
+    policy = Policy.load(settings.bot_policy_file)
     async with contextlib.AsyncExitStack() as stack:
         if settings.database_url is None:
             stack.enter_context(exclusive_database(settings.db_path))  # before recovery orphans anyone's calls
@@ -164,6 +168,7 @@ async def open_core(
             max_per_session=settings.bot_max_concurrent_tools_per_session,
             max_io=settings.bot_max_concurrent_io_tools,
             default_timeout_s=settings.bot_tool_timeout_s,
+            approval_timeout_s=settings.bot_approval_timeout_s,
             zone=settings.zone,
             max_per_user=settings.bot_max_concurrent_tools_per_user,
             notice=output.notice,
@@ -180,6 +185,8 @@ async def open_core(
             # shutdown first, while the sessions can still tell the servers.
             mcp = await stack.enter_async_context(McpTools(mcp_servers, reserved=toolbox.names))
             toolbox.add_source(mcp)
+        if settings.database_url is None:  # a cluster's replicas take up the gone ones' as they reap them
+            registry.take_up_asked(await store.adopt_asked_calls(), toolbox.get)
         runner = TurnRunner(
             provider=provider,
             registry=registry,
@@ -193,6 +200,8 @@ async def open_core(
                 yield_on_injection=settings.bot_yield_on_injection,
             ),
             system_prompt=lambda session_key: system_prompt(settings.zone, prompt_extra),
+            policy=policy,
+            askers=askers,
             compactor=Compactor(
                 provider=provider,
                 settings=ContextSettings(
@@ -232,7 +241,12 @@ async def open_core(
             from bot.store.postgres import PostgresStore  # psycopg's pool: cluster mode only
 
             assert isinstance(store, PostgresStore)
-            cluster.attach(store=store, engine=engine, scheduler=scheduler)
+            cluster.attach(
+                store=store,
+                engine=engine,
+                scheduler=scheduler,
+                take_up_asked=lambda calls: _take_up(registry, calls, toolbox),
+            )
         core = Core(settings, store, registry, toolbox, engine, provider, scheduler, usage, orphans, mcp)
         try:
             yield core
@@ -249,6 +263,10 @@ async def open_core(
                 await registry.shutdown(grace_s=shutdown_grace_s)
             if before_store_closes is not None:
                 await before_store_closes()
+
+
+async def _take_up(registry: CallRegistry, calls: list[ToolCall], toolbox: Toolbox) -> None:
+    registry.take_up_asked(calls, toolbox.get)
 
 
 async def _hand_over(cluster: ClusterNode, engine: Engine, registry: CallRegistry, grace_s: float) -> None:

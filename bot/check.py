@@ -22,6 +22,7 @@ from bot.config import Settings
 from bot.errors import ConfigError, ModelError, StoreError, ThreadbotError
 from bot.mcp.check import check_mcp
 from bot.operator_tools import SourcedTool, load_entry_point_tools, load_module_tools, unique_tools
+from bot.policy import SHELL_TOOL, Asker, Policy, Verdict
 from bot.slack import tokens
 from bot.slack.app import build_client, check_app_token, identify, slack_http_session
 from bot.store import SqliteStore
@@ -190,6 +191,20 @@ async def check_shell(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) ->
     return f"the shell runs under bwrap (network {network}, BOT_SHELL_NETWORK){warning}"
 
 
+async def check_policy(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) -> str:
+    """The tool policy reads, and what it says, in one screen; a warning when anyone may run commands unasked."""
+    policy = Policy.load(settings.bot_policy_file)  # PolicyError names the file, the line and the rule
+    lines = policy.describe()
+    if settings.shell is not None and not settings.bot_allowed_users:
+        ruling = policy.rule_for(None, SHELL_TOOL, {"command": ""}, Asker(None))
+        if ruling.verdict is Verdict.ALLOW:
+            lines.append(
+                "! the shell is on (BOT_ENABLE_SHELL), BOT_ALLOWED_USERS is empty and run_command needs no "
+                f"approval ({ruling.rule}): anyone in the workspace can run commands on this host"
+            )
+    return "\n  ".join(lines)
+
+
 CHECKS: dict[str, Check] = {
     "database": check_database,
     "slack": check_slack,
@@ -197,6 +212,7 @@ CHECKS: dict[str, Check] = {
     "tools": check_tools,
     "shell": check_shell,
     "mcp": check_mcp,
+    "policy": check_policy,
 }
 
 

@@ -158,6 +158,8 @@ class Settings(BaseSettings):
     bot_compact_at: float = Field(0.75, gt=0, le=1)
     bot_max_input_chars: int = Field(100_000, gt=1_000)
     bot_mcp_config: Path | None = None
+    bot_policy_file: Path | None = None  # TOML: which tools are allowed, need an approval, or are refused
+    bot_approval_timeout_s: float = Field(900, gt=0)
     bot_tool_modules: CommaList = ()
     bot_file_max_bytes: int = Field(5_000_000, gt=0)
     bot_files_max_total_bytes: int = Field(20_000_000, gt=0)
@@ -218,6 +220,7 @@ class Settings(BaseSettings):
         "bot_heartbeat_channel",
         "bot_metrics_port",
         "bot_mcp_config",
+        "bot_policy_file",
         "bot_database_url",
         "bot_daily_tokens_per_user",
         "bot_daily_tokens_per_channel",

@@ -2,6 +2,7 @@
 
 ThreadbotError
 ├── ConfigError        bad configuration; the CLI prints it as one line
+│   └── PolicyError    a bad tool policy file (bot/policy.py)
 ├── StoreError         the database cannot be opened or migrated
 │   ├── DataDirBusy    another process holds the SQLite database's lock
 │   └── FencedError    this replica was declared dead: its writes are refused

@@ -86,6 +86,10 @@ def hermetic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         yield
 
 
+OPEN_POLICY = Path(__file__).with_name("open_policy.toml")
+"""The tool policy tests run with unless they give their own: the shell and MCP tools need no approver."""
+
+
 @pytest.fixture
 def needs_bwrap() -> None:
     """Skip without bwrap on a developer's machine; fail under CI, where the sandbox must be tested."""
@@ -101,6 +105,7 @@ def make_settings(tmp_path: Path) -> Callable[..., Settings]:
 
     def make(**overrides: Any) -> Settings:
         overrides.setdefault("bot_data_dir", tmp_path)
+        overrides.setdefault("bot_policy_file", OPEN_POLICY)
         return load_settings(_env_file=None, **overrides)
 
     return make

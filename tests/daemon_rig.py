@@ -33,6 +33,7 @@ from fakes.slack_api import FakeSlack, StoredMessage
 from bot.types import Speaker
 
 ROOT = Path(__file__).resolve().parents[1]
+OPEN_POLICY = Path(__file__).with_name("open_policy.toml")  # as in conftest: no approver needed
 WAIT_S = 15.0
 STOP_S = 90.0
 """How long a SIGTERM'd daemon may take: its documented worst case (about 85 s, tests/test_deploy.py). A
@@ -67,6 +68,7 @@ class Daemon:
             ANTHROPIC_BASE_URL=self.model.url,
             ANTHROPIC_API_KEY="test",
             BOT_DATA_DIR=str(self.data_dir),
+            BOT_POLICY_FILE=str(OPEN_POLICY),
         )
         return env | self.env
 

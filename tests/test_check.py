@@ -64,7 +64,7 @@ async def test_everything_fine_is_all_ticks_and_both_tokens_were_tried(
     settings = good()
     code, lines = await outcome_lines(settings, capsys)
     assert code == 0, lines
-    assert [line[0] for line in lines] == ["✓"] * 7
+    assert [line[0] for line in lines if not line.startswith("  ")] == ["✓"] * 8  # the policy check lists its tables
     assert lines[4] == "✓ no operator tools (BOT_TOOL_MODULES is empty and no package declares threadbot.tools)"
     assert lines[5] == "✓ the shell is off (BOT_ENABLE_SHELL)"
     assert lines[6] == "✓ no MCP servers configured (BOT_MCP_CONFIG is not set)"
@@ -277,7 +277,7 @@ async def test_check_needs_nothing_but_dotenv_and_leaves_no_database(fake: FakeA
         folder = dotenv_for(tmp_path / "fresh", fake, slack)
         code, out, err = await run_bot("check", env=bare_env(), cwd=folder)
     assert code == 0, out + err
-    assert out.count("✓ ") == 7 and "✗" not in out
+    assert out.count("✓ ") == 8 and "✗" not in out
     assert [h.get("authorization") for h in fake.request_headers] == ["Bearer sk-ant-from-dotenv"]
     assert {(call.method, call.token) for call in slack.calls} == {
         ("auth.test", "xoxb-from-dotenv"),
@@ -323,3 +323,34 @@ async def test_a_clash_of_operator_tools_fails_check_as_it_would_fail_run(
     assert code == 1
     (line,) = [line for line in lines if line.startswith("✗ tools")]
     assert "now" in line and "clashing_tools" in line and "built-in" in line
+
+
+async def test_a_bad_policy_file_fails_check_naming_the_file_and_line(
+    good: Callable[..., Settings], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[default]\nallow = ["now"]\ndeny = ["run_command(rm"]\n')
+    code, lines = await outcome_lines(good(bot_policy_file=policy), capsys, timeout_s=GENEROUS_S)
+    assert code == 1
+    assert f"✗ policy: {policy}:3: [default]: 'run_command(rm' is not a tool pattern (NAME or NAME(ARGUMENTS))" in lines
+
+
+async def test_check_lists_the_policy_and_warns_when_anyone_may_run_commands_unasked(
+    good: Callable[..., Settings], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, lines = await outcome_lines(good(bot_policy_file=None), capsys, timeout_s=GENEROUS_S)
+    assert code == 0 and any(line.startswith("✓ built-in policy: ") for line in lines)
+    policy = tmp_path / "open.toml"
+    policy.write_text('[default]\nallow = ["run_command"]\n[[rule]]\nchannels = ["C0OPS"]\ndeny = ["mcp__*"]\n')
+    settings = good(bot_policy_file=policy, bot_enable_shell=True, bot_shell_sandbox="none")
+    code, lines = await outcome_lines(settings, capsys, timeout_s=GENEROUS_S)
+    text = "\n".join(lines)
+    assert code == 0 and f"✓ policy file {policy}" in text
+    assert "[[rule]] #1 channels=C0OPS | deny: mcp__*" in text
+    assert "run_command needs no approval" in text and "anyone in the workspace can run commands" in text
+    code, lines = await outcome_lines(
+        good(bot_policy_file=policy, bot_enable_shell=True, bot_shell_sandbox="none", bot_allowed_users="U1"),
+        capsys,
+        timeout_s=GENEROUS_S,
+    )
+    assert "run_command needs no approval" not in "\n".join(lines)

@@ -116,6 +116,8 @@ class Tool:
     uses_slot: bool = True
     quick: bool = False
     kind: ToolKind = ToolKind.PROCESS
+    read_only: bool = False
+    """Changes nothing outside the bot (an MCP server's `readOnlyHint`): the built-in policy runs it unasked."""
 
     @property
     def is_async(self) -> bool:

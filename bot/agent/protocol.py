@@ -22,6 +22,12 @@ RUNNING_MESSAGE = (
     "use get_tool_call_status to check on it or wait for it, or cancel_tool_call to stop it."
 )
 
+AWAITING_MESSAGE = (
+    "Waiting for a person to approve it (the tool policy asks); it runs once approved, and its result, or "
+    "the denial, will arrive in a later message. Use get_tool_call_status to check, or cancel_tool_call to "
+    "withdraw it."
+)
+
 
 def truncate(text: str, max_chars: int) -> str:
     if len(text) <= max_chars:
@@ -61,7 +67,12 @@ def call_outcome_text(call: ToolCall) -> str:
 
 def tool_result_block(call: ToolCall, max_chars: int) -> dict[str, JSON]:
     if not call.is_final:
-        placeholder = {"status": call.status.value, "tool_call_id": call.id, "message": RUNNING_MESSAGE}
+        waiting = call.awaiting_approval
+        placeholder = {
+            "status": "awaiting_approval" if waiting else call.status.value,
+            "tool_call_id": call.id,
+            "message": AWAITING_MESSAGE if waiting else RUNNING_MESSAGE,
+        }
         return {"type": "tool_result", "tool_use_id": call.id, "content": json.dumps(placeholder)}
     blocks = result_blocks(call.result) if call.status is CallStatus.COMPLETED else None
     if blocks:

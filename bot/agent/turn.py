@@ -20,6 +20,7 @@ import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from bot.agent import protocol
 from bot.agent.budget import TokenBudget
@@ -32,6 +33,7 @@ from bot.calls.models import JSON, CallStatus, ToolCall
 from bot.calls.registry import CallRegistry
 from bot.config import YieldStrategy
 from bot.errors import ContextOverflow, ModelError
+from bot.policy import Asker, Policy
 from bot.store import Store
 from bot.types import Billing, EngineOutput, Message, ModelReply, ModelRequest, Provider, TurnOutcome
 from tools.base import FILE_SINK
@@ -82,6 +84,16 @@ class TurnRequest:
     are booked to the session's person."""
 
 
+class AskerLookup(Protocol):
+    async def __call__(self, session_key: str, requester: str | None) -> Asker:
+        """Who the policy sees asking in a session's turn (an edge adds the channel and user groups)."""
+        ...
+
+
+async def _requester_only(session_key: str, requester: str | None) -> Asker:
+    return Asker(requester)
+
+
 class TurnRunner:
     def __init__(
         self,
@@ -95,6 +107,8 @@ class TurnRunner:
         system_prompt: Callable[[str], str],
         compactor: Compactor,
         budget: TokenBudget | None = None,
+        policy: Policy | None = None,
+        askers: AskerLookup | None = None,
     ) -> None:
         """`budget` (daily token budgets) is asked before every model call; None: no budget."""
         self._budget = budget
@@ -106,6 +120,8 @@ class TurnRunner:
         self._output = output
         self._settings = settings
         self._system_prompt = system_prompt
+        self._policy = policy or Policy()
+        self._askers = askers or _requester_only
 
     async def run(self, request: TurnRequest) -> TurnOutcome:
         key = request.session_key
@@ -127,6 +143,7 @@ class TurnRunner:
             # A turn nobody typed (a wake-up, a late result) is for the person the session is for: it is
             # booked to them, counts against their budget, and its calls share their concurrency cap.
             billing = Billing(key, turn_id, request.requester or await self._person(key))
+            conversation.asker = await self._askers(key, billing.requester)  # whom the tool policy sees asking
             await self._loop(request, billing, conversation, outcome)
         except ModelError as exc:
             outcome.error = str(exc)
@@ -212,13 +229,18 @@ class TurnRunner:
         await self._fit(request, billing, conversation, force=True)
         return await self._ask_model(request, billing, conversation, outcome)
 
+    def _offered(self, toolbox: Toolbox, conversation: _Conversation) -> list[dict[str, JSON]]:
+        """The tools this turn's asker may have run: what the policy denies outright is not offered."""
+        hidden = self._policy.hidden(toolbox.names, conversation.asker)
+        return [spec for spec in toolbox.specs() if spec["name"] not in hidden]
+
     async def _fit(self, request: TurnRequest, billing: Billing, conversation: _Conversation, *, force: bool) -> None:
         toolbox = request.toolbox or self._toolbox
         compacted = await self._compactor.fit(
             conversation.messages,
             persisted=conversation.persisted,
             system=self._system_prompt(request.session_key),
-            tools=toolbox.specs(),
+            tools=self._offered(toolbox, conversation),
             billing=billing,
             estimate=conversation.estimate,
             force=force,
@@ -234,7 +256,10 @@ class TurnRunner:
         key = request.session_key
         toolbox = request.toolbox or self._toolbox
         model_request = ModelRequest(
-            system=self._system_prompt(key), messages=conversation.messages, tools=toolbox.specs(), billing=billing
+            system=self._system_prompt(key),
+            messages=conversation.messages,
+            tools=self._offered(toolbox, conversation),
+            billing=billing,
         )
         self._output.model_call_started(key)
         ask = asyncio.ensure_future(
@@ -280,10 +305,11 @@ class TurnRunner:
                         call_id=block["id"],
                         session_key=key,
                         turn_id=conversation.turn_id,
-                        requester=billing.requester,
                         tool_name=block["name"],
                         tool_input=block["input"],
-                        tool=toolbox.get(block["name"]),
+                        tool=(tool := toolbox.get(block["name"])),
+                        requester=conversation.asker.user,
+                        ruling=self._policy.rule_for(tool, block["name"], block["input"], conversation.asker),
                         error=MALFORMED_CALL
                         if block["id"] in malformed
                         # A cut-off call's input is only what arrived: it looks valid and means something else.
@@ -404,6 +430,8 @@ class _Conversation:
     owes: bool = False
     """The turn answers inbox rows: a shutdown leaves them owed for the next start."""
     estimate: SizeEstimate = field(default_factory=SizeEstimate)
+    asker: Asker = field(default_factory=lambda: Asker(None))
+    """Whom the tool policy sees asking in this turn."""
 
     async def save(self, store: Store, *, answered: bool = False) -> None:
         if len(self.messages) > self.persisted or answered:

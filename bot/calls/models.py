@@ -33,6 +33,17 @@ class CallStatus(StrEnum):
         return self not in (CallStatus.PENDING, CallStatus.RUNNING)
 
 
+class Decision(StrEnum):
+    """Why a call may run (or may not): what the tool policy said, and what a person said when it asked."""
+
+    ALLOWED = "allowed"
+    ASKED = "asked"
+    """Waiting for an approver; a call left here by a restart is still waiting."""
+    APPROVED = "approved"
+    DENIED = "denied"
+    TIMED_OUT = "timed_out"
+
+
 class ProgressKind(StrEnum):
     STARTED = "started"
     LOG = "log"
@@ -86,6 +97,15 @@ class ToolCall:
     cancelled_by: str | None = None
     delivered: bool = False
     progress: list[ProgressEntry] = field(default_factory=list)
+    requester: str | None = None
+    decision: Decision = Decision.ALLOWED
+    decided_by: str | None = None
+    """The policy rule that allowed or denied the call, or the person who approved or denied it."""
+    approvers: list[str] = field(default_factory=list)
+
+    @property
+    def awaiting_approval(self) -> bool:
+        return self.decision is Decision.ASKED and not self.is_final
 
     @property
     def is_final(self) -> bool:
@@ -125,7 +145,7 @@ class ToolCall:
         """The shape `get_tool_call_status` returns to the model."""
         view: dict[str, JSON] = {
             "tool_call_id": self.id,
-            "status": self.status.value,
+            "status": "awaiting_approval" if self.awaiting_approval else self.status.value,
             "tool_name": self.tool_name,
             "started_at": _iso(self.started_at),
             "completed_at": _iso(self.completed_at),
@@ -134,6 +154,9 @@ class ToolCall:
         }
         if self.error:
             view["error"] = self.error
+        if self.decision is not Decision.ALLOWED:
+            view["decision"] = self.decision.value
+            view["decided_by"] = self.decided_by
         if include_progress:
             view["progress"] = [entry.to_json() for entry in self.progress]
         return view
@@ -157,6 +180,10 @@ class ToolCall:
             "cancelled_by": self.cancelled_by,
             "delivered": self.delivered,
             "progress": [entry.to_json() for entry in self.progress],
+            "requester": self.requester,
+            "decision": self.decision.value,
+            "decided_by": self.decided_by,
+            "approvers": self.approvers,
         }
 
     @classmethod
@@ -178,6 +205,10 @@ class ToolCall:
             cancelled_by=data["cancelled_by"],
             delivered=bool(data["delivered"]),
             progress=[ProgressEntry.from_json(item) for item in data["progress"]],
+            requester=data["requester"],
+            decision=Decision(data["decision"]),
+            decided_by=data["decided_by"],
+            approvers=list(data["approvers"]),
         )
 
 

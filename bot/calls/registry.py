@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 from collections import OrderedDict
@@ -18,9 +19,10 @@ from datetime import tzinfo
 from pathlib import Path
 
 from bot.calls import process_groups
-from bot.calls.models import JSON, CallStatus, ProgressKind, ToolCall
+from bot.calls.models import JSON, CallStatus, Decision, ProgressKind, ToolCall, utcnow
 from bot.calls.slots import Slots
 from bot.calls.writer import CallWriter
+from bot.policy import Ruling, Verdict
 from bot.quotas import QuotaExceeded
 from bot.store import ProcessGroupRecord, Store
 from bot.text import clean_json, clean_text
@@ -34,6 +36,8 @@ KEEP_FINAL_IN_MEMORY = 5_000
 Notice = Callable[[str, str], None]
 """`EngineOutput.notice`: a line for the people in a session."""
 CANCEL_WAIT_S = 5.0
+APPROVAL_TIMEOUT_S = 900.0
+audit_log = logging.getLogger("bot.audit")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +60,7 @@ class CallRegistry:
         max_per_session: int,
         max_io: int,
         default_timeout_s: float,
+        approval_timeout_s: float = APPROVAL_TIMEOUT_S,
         zone: tzinfo | None = None,
         max_per_user: int | None = None,
         notice: Notice | None = None,
@@ -73,6 +78,8 @@ class CallRegistry:
         self._told_waiting: set[str] = set()
         """Turns whose thread was told a call waits for its person's other calls (told once a turn)."""
         self._default_timeout_s = default_timeout_s
+        self._approval_timeout_s = approval_timeout_s
+        self._verdicts: dict[str, asyncio.Future[tuple[bool, str]]] = {}
         self._calls: OrderedDict[str, ToolCall] = OrderedDict()
         self._open_by_session: dict[str, set[str]] = {}
         self._done: dict[str, asyncio.Event] = {}
@@ -117,13 +124,25 @@ class CallRegistry:
         error: str | None = None,
         parent_id: str | None = None,
         requester: str | None = None,
+        ruling: Ruling | None = None,
     ) -> ToolCall:
         """Register a call and start it in the background; with `error` it is failed at once.
 
-        `requester` is the person the call runs for: their calls share BOT_MAX_CONCURRENT_TOOLS_PER_USER."""
-        call = ToolCall(call_id, session_key, turn_id, tool_name, tool_input, parent_id=parent_id)
+        `requester` is the person the call runs for: their calls share BOT_MAX_CONCURRENT_TOOLS_PER_USER.
+        `ruling` is the tool policy's word on it: a denied call fails at once, and one that asks waits,
+        as a call like any other, until an approver decides (`decide`) or `approval_timeout_s` passes."""
+        call = ToolCall(call_id, session_key, turn_id, tool_name, tool_input, parent_id=parent_id, requester=requester)
+        if ruling is not None and error is None and tool is not None:
+            call.decided_by = ruling.rule
+            if ruling.verdict is Verdict.DENY:
+                call.decision = Decision.DENIED
+                error = f"refused by the tool policy ({ruling.rule}); it did not run"
+            elif ruling.verdict is Verdict.ASK:
+                call.decision, call.approvers, call.decided_by = Decision.ASKED, list(ruling.approvers), None
         self._remember(call)
         if error is not None or tool is None:
+            if call.decision is Decision.DENIED:
+                _audit(call)
             call.transition(CallStatus.FAILED)
             call.error = error or f"unknown tool {tool_name!r}"
             await self._save_final(call)
@@ -136,14 +155,28 @@ class CallRegistry:
             call.error = f"the call could not be recorded ({type(exc).__name__}); it did not run"
             self._finalised(call)
             return call
-        self._open_by_session.setdefault(session_key, set()).add(call_id)
-        self._done[call_id] = asyncio.Event()
-        self._publish(call)
-        run = self._run(call, tool, requester)
-        self._tasks[call_id] = asyncio.create_task(run, name=f"tool:{tool_name}:{call_id}")
+        self._start(call, tool)
         return call
 
-    async def _run(self, call: ToolCall, tool: Tool, requester: str | None = None) -> None:
+    def _start(self, call: ToolCall, tool: Tool | Callable[[], Tool | None]) -> None:
+        self._open_by_session.setdefault(call.session_key, set()).add(call.id)
+        self._done[call.id] = asyncio.Event()
+        if call.decision is not Decision.ASKED:
+            _audit(call)
+        self._publish(call)
+        self._tasks[call.id] = asyncio.create_task(self._run(call, tool), name=f"tool:{call.tool_name}:{call.id}")
+
+    async def _run(self, call: ToolCall, tool_or_lookup: Tool | Callable[[], Tool | None]) -> None:
+        if call.awaiting_approval and not await self._approved(call):
+            self._tasks.pop(call.id, None)
+            return
+        tool = tool_or_lookup if isinstance(tool_or_lookup, Tool) else tool_or_lookup()
+        if tool is None:
+            self._tasks.pop(call.id, None)
+            await self._finish(
+                call, CallStatus.FAILED, error=f"the tool {call.tool_name!r} is not offered now; it did not run"
+            )
+            return
         loop = asyncio.get_running_loop()
         ctx = ToolContext(
             call.id,
@@ -160,8 +193,8 @@ class CallRegistry:
                 self._slots.hold(
                     call.session_key,
                     tool.kind,
-                    user=requester,
-                    on_user_wait=lambda cap: self._waits(call, requester, cap),
+                    user=call.requester,
+                    on_user_wait=lambda cap: self._waits(call, call.requester, cap),
                 )
                 if tool.uses_slot
                 else contextlib.nullcontext()
@@ -288,6 +321,71 @@ class CallRegistry:
         # Progress can come many times a second; the store gets the latest state twice a second at most.
         self._writer.save_within(call, PROGRESS_FLUSH_S)
 
+    # -- approvals ------------------------------------------------------------------------
+
+    async def _approved(self, call: ToolCall) -> bool:
+        """Wait for an approver; False when the call ended instead (denied, timed out: it is final then).
+
+        The deadline counts from the call's creation, so a restart does not give it a new one. Cancelled
+        while it waits by a shutdown, it stays open and asked: the next start takes it up again."""
+        verdict = self._verdicts.setdefault(call.id, asyncio.get_running_loop().create_future())
+        left = self._approval_timeout_s - (utcnow() - call.created_at).total_seconds()
+        try:
+            async with asyncio.timeout(max(left, 0)):
+                approved, by = await asyncio.shield(verdict)
+        except TimeoutError:
+            call.decision, call.decided_by = Decision.TIMED_OUT, None
+            waited = f"{self._approval_timeout_s:g}s"
+            await self._finish(
+                call, CallStatus.FAILED, error=f"nobody approved this call within {waited}; it did not run"
+            )
+            return False
+        except asyncio.CancelledError:
+            if call.cancelled_by == "shutdown":
+                self._leave_asked(call)
+            else:
+                await self._finish(call, CallStatus.CANCELLED)
+            raise
+        finally:
+            self._verdicts.pop(call.id, None)
+        call.decision, call.decided_by = (Decision.APPROVED if approved else Decision.DENIED), by
+        _audit(call)
+        if not approved:
+            await self._finish(call, CallStatus.FAILED, error=f"denied by {by}; it did not run")
+            return False
+        self._publish(call)
+        return True
+
+    def _leave_asked(self, call: ToolCall) -> None:
+        """A shutdown while a call waits for approval: nothing runs, so it stays asked for the next start."""
+        call.cancelled_by = None
+        open_calls = self._open_by_session.get(call.session_key, set())
+        open_calls.discard(call.id)
+        if not open_calls:
+            self._open_by_session.pop(call.session_key, None)
+        self._done.pop(call.id, None)
+
+    def decide(self, call_id: str, *, approve: bool, by: str) -> bool:
+        """An approver's answer to a call waiting here; False when no call of this process waits for one.
+
+        It may come before the call's task has begun to wait (oneshot answers as the call is published)."""
+        call = self._calls.get(call_id)
+        if call is None or not call.awaiting_approval:
+            return False
+        verdict = self._verdicts.setdefault(call_id, asyncio.get_running_loop().create_future())
+        if verdict.done():
+            return False
+        verdict.set_result((approve, by))
+        return True
+
+    def take_up_asked(self, calls: Sequence[ToolCall], lookup: Callable[[str], Tool | None]) -> None:
+        """Wait here for the approvals a previous process (or a gone replica) left pending: their buttons
+        still work, and their deadlines still count from when they were asked. The tool is looked up
+        once approved, when an MCP server has had time to list it again."""
+        for call in calls:
+            self._remember(call)
+            self._start(call, functools.partial(lookup, call.tool_name))
+
     # -- cancelling -----------------------------------------------------------------------
 
     async def cancel(
@@ -304,7 +402,7 @@ class CallRegistry:
         call.cancelled_by = by
         task.cancel()
         await asyncio.wait([task], timeout=CANCEL_WAIT_S)
-        if not call.is_final and task.done():
+        if not call.is_final and task.done() and not (by == "shutdown" and call.awaiting_approval):
             # Cancelled before its first step: the task body never ran, so finish it here.
             self._tasks.pop(call_id, None)
             await self._finish(call, CallStatus.CANCELLED)
@@ -415,6 +513,23 @@ class CallRegistry:
                 listener(call)
             except Exception:
                 log.exception("call listener failed for %s", call.id)
+
+
+def _audit(call: ToolCall) -> None:
+    """Every decision on a call is also a log line; with BOT_LOG_FORMAT=json its fields are the line's own, for
+    a log pipeline to keep beside the database's trail."""
+    record = {
+        "event": "tool_decision",
+        "call_id": call.id,
+        "session": call.session_key,
+        "tool": call.tool_name,
+        "arguments": call.input,
+        "requester": call.requester,
+        "decision": call.decision.value,
+        "decided_by": call.decided_by,
+    }
+    by = f" by {call.decided_by}" if call.decided_by else ""
+    audit_log.info("%s %s call %s%s", call.decision.value, call.tool_name, call.id, by, extra={"fields": record})
 
 
 def _jsonable(value: JSON) -> JSON:

@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable
 from datetime import datetime
 
-from bot.calls.models import JSON, CallStatus, ProgressKind, ToolCall, utcnow
+from bot.calls.models import JSON, CallStatus, Decision, ProgressKind, ToolCall, utcnow
 
 ARG_PREVIEW_CHARS = 40
 """One argument's value, shortened: the label names the call, it does not reproduce its input."""
@@ -28,6 +28,7 @@ ICONS = {
     CallStatus.ORPHANED: "👻",
 }
 TIMED_OUT_ICON = "⌛"
+AWAITING_ICON = "✋"
 
 Show = Callable[[str], str]
 
@@ -43,7 +44,9 @@ def one_line(text: str, limit: int) -> str:
 
 
 def icon(call: ToolCall) -> str:
-    """A timeout is a failure, but one worth telling apart at a glance."""
+    """A timeout is a failure, and a call waiting for an approver is pending, but both are worth telling apart."""
+    if call.awaiting_approval:
+        return AWAITING_ICON
     return TIMED_OUT_ICON if call.timed_out else ICONS[call.status]
 
 
@@ -93,12 +96,31 @@ def _took(word: str, seconds: float | None) -> str:
     return f" {word} {seconds:.1f}s" if seconds is not None else ""
 
 
+def arguments_text(call: ToolCall) -> str:
+    """Exactly what a call will run with, for the person asked to approve it: a command as it is, else JSON."""
+    command = call.input.get("command") if call.tool_name == "run_command" else None
+    return command if isinstance(command, str) else json.dumps(call.input, ensure_ascii=False, indent=2)
+
+
 def state_text(call: ToolCall, *, now: datetime | None = None, who: Show = _as_is, text: Show = _as_is) -> str:
     """`running 12s · slept 12s of 30s`, `done in 30.0s`, `cancelled by U1`…, without the icon.
 
     A running call's time is counted to `now` (default: the real now), so a redrawn status ticks.
+    A call that needed an approval says who decided.
     """
+    if call.awaiting_approval:
+        return f"waiting for approval by {' or '.join(who(person) for person in call.approvers) or 'an approver'}"
+    line = _state(call, now, who, text)
+    if call.decision is Decision.APPROVED:
+        return f"{line} · approved by {who(call.decided_by or 'someone')}"
+    return line
+
+
+def _state(call: ToolCall, now: datetime | None, who: Show, text: Show) -> str:
     status = call.status
+    if call.decision is Decision.DENIED and status is CallStatus.FAILED and call.decided_by:
+        # Only a call that asked has approvers: any other was denied by the policy, not by a person.
+        return f"denied by {who(call.decided_by)}" if call.approvers else "refused by the tool policy"
     if status is CallStatus.PENDING:
         detail = latest_progress(call)  # a cap that holds it back says which
         return f"pending ({text(detail)})" if detail else "pending (waiting for a free slot)"

@@ -90,6 +90,7 @@ class ClusterNode:
         self._engine: Engine | None = None
         self._scheduler: Scheduler | None = None
         self._paint_orphans: OrphanPainter | None = None
+        self._take_up_asked: Callable[[list[ToolCall]], Awaitable[None]] | None = None
         self._live: Callable[[int], None] | None = None
         self._reaper: asyncio.Task[None] | None = None
         self._injected: Callable[[Ring, list[int]], Awaitable[None]] | None = None
@@ -107,8 +108,16 @@ class ClusterNode:
         await self.replicas.register()
         await self.jobs.open()
 
-    def attach(self, *, store: PostgresStore, engine: Engine, scheduler: Scheduler) -> None:
+    def attach(
+        self,
+        *,
+        store: PostgresStore,
+        engine: Engine,
+        scheduler: Scheduler,
+        take_up_asked: Callable[[list[ToolCall]], Awaitable[None]],
+    ) -> None:
         self._store, self._engine, self._scheduler = store, engine, scheduler
+        self._take_up_asked = take_up_asked
         scheduler.on_change(lambda reminder_id: self._spawn(self.ring("reminder", str(reminder_id))))
 
     def attach_edge(
@@ -255,6 +264,10 @@ class ClusterNode:
             await self._paint_orphans(orphans)
         for key in sorted({call.session_key for call in orphans}):
             await self.jobs.offer(key)
+        asked = await store.adopt_asked_calls_of_gone()
+        if asked and self._take_up_asked is not None:
+            log.info("waiting here for %d approvals that gone replicas had asked for", len(asked))
+            await self._take_up_asked(asked)
         posts, reminder_posts = await store.adopt_owed()
         if posts and self._take_over is not None:
             log.info("delivering %d Slack posts and edits that gone replicas still owed", len(posts))

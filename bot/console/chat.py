@@ -19,6 +19,7 @@ from typing import TextIO
 
 from bot.agent.engine import Engine
 from bot.app import open_core
+from bot.calls.registry import CallRegistry
 from bot.config import Settings
 from bot.console import console_key, owns_console_session, typed
 from bot.console.interrupts import Interrupts
@@ -51,9 +52,11 @@ class PipedChat:
                     line = await self._next_line()
                     if line is EOF_MARK or not line.strip():
                         break
+                    if self._output.approvals.answer(line, core.registry):
+                        continue
                     interrupts.reset()
                     engine.submit(self._key, typed(line))
-                    if not await self._steer_until_idle(engine):
+                    if not await self._steer_until_idle(engine, core.registry):
                         break
                 # End of input: let background calls and the turns they start finish first.
                 await engine.settle(self._key)
@@ -63,7 +66,7 @@ class PipedChat:
                     self._pending_read.cancel()
         return 0
 
-    async def _steer_until_idle(self, engine: Engine) -> bool:
+    async def _steer_until_idle(self, engine: Engine, registry: CallRegistry) -> bool:
         """Feed lines read to the running turn until it ends; False when input ended meanwhile."""
         turn = asyncio.ensure_future(engine.wait_turn(self._key))
         while True:
@@ -76,7 +79,8 @@ class PipedChat:
             if line is EOF_MARK or not line.strip():
                 await turn
                 return False
-            engine.submit(self._key, typed(line))
+            if not self._output.approvals.answer(line, registry):
+                engine.submit(self._key, typed(line))
 
     async def _next_line(self) -> str | None:
         line = await self._reading()

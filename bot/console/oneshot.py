@@ -12,6 +12,7 @@ import base64
 import binascii
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,9 @@ from bot.text import clean_text
 from bot.types import ReminderOutcome, ReminderPost, TurnOutcome
 from tools.base import SharedFile
 
+APPROVED_BY = "oneshot --approve"
+DENIED_BY = "oneshot without --approve (nobody is there to approve it)"
+
 
 @dataclass
 class CollectingOutput:
@@ -36,6 +40,8 @@ class CollectingOutput:
     calls: dict[str, ToolCall] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    decide: Callable[[ToolCall], object] | None = None
+    """Answers a call that waits for an approval (oneshot decides at once: nobody else is there)."""
 
     def turn_started(self, session_key: str) -> None:
         self._new_line()
@@ -59,6 +65,8 @@ class CollectingOutput:
 
     def call_changed(self, call: ToolCall) -> None:
         self.calls[call.id] = call
+        if call.awaiting_approval and self.decide is not None:
+            self.decide(call)
 
     def notice(self, session_key: str, text: str) -> None:
         self.notices.append(text)
@@ -97,8 +105,12 @@ async def oneshot(
     session: str | None = None,
     resume: str | None = None,
     wait_for_async: bool = False,
+    approve: bool = False,
 ) -> dict[str, Any]:
-    """Run the turn and build the report; raises `ThreadbotError` for problems worth a JSON error."""
+    """Run the turn and build the report; raises `ThreadbotError` for problems worth a JSON error.
+
+    Nobody is there to approve a call that asks for it: `approve` (`--approve`) approves every one,
+    otherwise each is denied at once, and the model is told why."""
     earlier_calls: list[str] = []
     if resume:
         session_key, earlier_calls = decode_token(resume)
@@ -108,6 +120,8 @@ async def oneshot(
     # Only a run that waits may fire this session's own waits and reminders; never another session's.
     owns = (lambda key: key == session_key) if wait_for_async else (lambda key: False)
     async with open_core(settings, output, abandon_on_exit=not wait_for_async, owns=owns) as core:
+        by = APPROVED_BY if approve else DENIED_BY
+        output.decide = lambda call: core.registry.decide(call.id, approve=approve, by=by)
         if resume and await core.store.get_session(session_key) is None:
             raise ThreadbotError(f"nothing to resume: no session {session_key!r} in {settings.db_path}")
         content = [protocol.text_block(clean_text(prompt))] if prompt else []  # argv may hold undecodable bytes

@@ -10,6 +10,7 @@ from typing import TextIO
 
 from bot.calls.models import CallStatus, ToolCall
 from bot.calls.summary import call_label, icon, state_text
+from bot.console.approvals import ConsoleApprovals
 from bot.console.saved_files import shared_line
 from bot.types import ReminderOutcome, ReminderPost, TurnOutcome
 from tools.base import SharedFile
@@ -21,6 +22,7 @@ class ConsoleOutput:
         self._files_dir = files_dir
         self._in_text = False
         self._last_state: dict[str, str] = {}
+        self.approvals = ConsoleApprovals(self.line)
 
     def turn_started(self, session_key: str) -> None:
         self._in_text = False
@@ -44,6 +46,7 @@ class ConsoleOutput:
             self.call_changed(call)
 
     def call_changed(self, call: ToolCall) -> None:
+        self.approvals.changed(call)
         if call.status is not CallStatus.PENDING and self._last_state.get(call.id) != call.status.value:
             self._last_state[call.id] = call.status.value
             self.line(f"{icon(call)} {call_label(call)} — {state_text(call)}")

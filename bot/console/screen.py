@@ -16,6 +16,7 @@ from pathlib import Path
 from bot.agent.engine import Delivery
 from bot.calls.models import CallStatus, ToolCall
 from bot.calls.summary import call_label, icon, state_text
+from bot.console.approvals import ConsoleApprovals
 from bot.console.fit import break_row, fit
 from bot.console.saved_files import shared_line
 from bot.types import ReminderOutcome, ReminderPost, TurnOutcome
@@ -41,6 +42,7 @@ class TerminalOutput:
         """`files_dir` is where files a tool shares are saved (the daemon's BOT_DATA_DIR/files)."""
         self._files_dir = files_dir
         self._print = print_line
+        self.approvals = ConsoleApprovals(print_line)
         self._refresh = refresh
         self._columns = columns
         self._thinking_s = thinking_s
@@ -131,6 +133,7 @@ class TerminalOutput:
             self.call_changed(call)
 
     def call_changed(self, call: ToolCall) -> None:
+        self.approvals.changed(call)
         if call.is_final:
             self._open.pop(call.id, None)
             if call.id not in self._finished:  # a call failed at submit is published, then started

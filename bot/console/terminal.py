@@ -65,7 +65,7 @@ class TerminalChat:
                     async with open_core(self._settings, output, provider=thinking, owns=owns_console_session) as core:
                         interrupts = Interrupts(self._key, engine=core.engine, registry=core.registry, say=output.line)
                         output.attach(waits_for_slot=partial(waits_for_slot, core), on_turn_end=interrupts.reset)
-                        await self._converse(prompt, output, interrupts, core.engine)
+                        await self._converse(prompt, output, interrupts, core)
                 finally:
                     await printer.drain()
         finally:
@@ -73,8 +73,9 @@ class TerminalChat:
         return 0
 
     async def _converse(
-        self, prompt: PromptSession[str], output: TerminalOutput, interrupts: Interrupts, engine: Engine
+        self, prompt: PromptSession[str], output: TerminalOutput, interrupts: Interrupts, core: Core
     ) -> None:
+        engine = core.engine
         bindings = _interrupt_bindings(interrupts)
 
         def message() -> StyleAndTextTuples:
@@ -88,7 +89,8 @@ class TerminalChat:
                 break
             if not line.strip():
                 break
-            output.said(line, engine.submit(self._key, typed(line)))
+            if not output.approvals.answer(line, core.registry):
+                output.said(line, engine.submit(self._key, typed(line)))
         if engine.is_busy(self._key):
             output.line("(letting the running turn finish — Ctrl-C cancels it)")
             await _wait_turn_with_sigint(engine, self._key, interrupts)

@@ -97,4 +97,5 @@ def _as_tool(connection: McpConnection, listed: types.Tool, name: str) -> Tool |
         run,
         timeout_s=connection.config.timeout_s,
         kind=ToolKind.IO,  # a remote request: it waits on the server, not on this machine
+        read_only=bool(listed.annotations and listed.annotations.read_only_hint),
     )

@@ -30,12 +30,13 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.config import Settings
 from bot.errors import ConfigError, ThreadbotError
 from bot.slack import tokens
+from bot.slack.approvals import ApprovalButtons
 from bot.slack.cancel import Canceller
 from bot.slack.events import MessageRouter
 from bot.slack.forget import FORGET_ACTION
 from bot.slack.metrics import Metrics
 from bot.slack.queues import TaskSet
-from bot.slack.render import CANCEL_ACTION
+from bot.slack.render import APPROVE_ACTION, CANCEL_ACTION, DENY_ACTION
 
 log = logging.getLogger(__name__)
 
@@ -161,10 +162,17 @@ class Ingress:
     so Slack delivers it again, to another connection."""
 
     def __init__(
-        self, *, router: MessageRouter, canceller: Canceller, metrics: Metrics, ack_after: bool = False
+        self,
+        *,
+        router: MessageRouter,
+        canceller: Canceller,
+        approvals: ApprovalButtons,
+        metrics: Metrics,
+        ack_after: bool = False,
     ) -> None:
         self.router = router
         self._canceller = canceller
+        self._approvals = approvals
         self._metrics = metrics
         self.ack_after = ack_after
         self.tasks = TaskSet()
@@ -190,6 +198,10 @@ class Ingress:
     async def button(self, body: dict[str, Any]) -> None:
         self._metrics.inc("events_received_total")
         await self._handle(self._canceller.on_button(body), "slack-cancel-button")
+
+    async def approval_button(self, body: dict[str, Any]) -> None:
+        self._metrics.inc("events_received_total")
+        await self._handle(self._approvals.on_button(body), "slack-approval-button")
 
     async def forget_button(self, body: dict[str, Any]) -> None:
         self._metrics.inc("events_received_total")
@@ -277,4 +289,14 @@ def build_app(settings: Settings, client: AsyncWebClient, ingress: Ingress, me: 
         await ingress.forget_button(body)
 
     app.action(FORGET_ACTION)(on_forget_button)
+
+    async def on_approval_button(ack: AsyncAck, body: dict[str, Any]) -> None:
+        if not ingress.ack_after:
+            await ack()
+        await ingress.approval_button(body)
+        if ingress.ack_after:
+            await ack()
+
+    app.action(APPROVE_ACTION)(on_approval_button)
+    app.action(DENY_ACTION)(on_approval_button)
     return app

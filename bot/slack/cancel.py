@@ -97,7 +97,7 @@ class Canceller:
         person = body.get("user") or {}
         user = str(person.get("id") or "")
         if not self._admission.admits(user, team=str(person.get("team_id") or "")):
-            await self._explain(body, user, NOT_ADMITTED)
+            await explain(self._client, body, user, NOT_ADMITTED)
             return
         for action in body.get("actions") or []:
             call_id = str(action.get("value") or "")
@@ -105,7 +105,7 @@ class Canceller:
             if call is None or call.is_final or (forwarded and self._registry.get(call_id) is None):
                 continue
             if not await self._permitted(user, call.session_key):
-                await self._explain(body, user, NOT_YOURS)
+                await explain(self._client, body, user, NOT_YOURS)
                 continue
             self._metrics.inc("cancels_total")
             await self._registry.cancel(call_id, session_key=call.session_key, by=user)
@@ -128,14 +128,14 @@ class Canceller:
             log.info("ignoring a cancel by %s in %s: not the requester nor an allowed user", user, session_key)
         return ok
 
-    async def _explain(self, body: dict[str, Any], user: str, text: str) -> None:
-        container = body.get("container") or {}
-        channel = container.get("channel_id") or (body.get("channel") or {}).get("id")
-        if not channel:
-            return
-        try:
-            await self._client.chat_postEphemeral(
-                channel=channel, user=user, text=text, thread_ts=container.get("thread_ts")
-            )
-        except SlackApiError as exc:
-            log.info("chat.postEphemeral failed: %s", exc.response.get("error"))
+
+async def explain(client: AsyncWebClient, body: dict[str, Any], user: str, text: str) -> None:
+    """A private answer to whoever pressed a button, in the thread it is in."""
+    container = body.get("container") or {}
+    channel = container.get("channel_id") or (body.get("channel") or {}).get("id")
+    if not channel:
+        return
+    try:
+        await client.chat_postEphemeral(channel=channel, user=user, text=text, thread_ts=container.get("thread_ts"))
+    except SlackApiError as exc:
+        log.info("chat.postEphemeral failed: %s", exc.response.get("error"))

@@ -25,9 +25,11 @@ from bot import __version__
 from bot.app import Core, open_core
 from bot.config import Settings
 from bot.errors import ConfigError, ThreadbotError
+from bot.policy import Policy
 from bot.schedule.heartbeat import HEARTBEAT_SESSION_PREFIX
 from bot.slack.admission import Admission
 from bot.slack.app import Identity, Ingress, build_app, build_client, check_app_token, identify, slack_http_session
+from bot.slack.approvals import ApprovalButtons
 from bot.slack.cancel import Canceller
 from bot.slack.edits import EditScheduler
 from bot.slack.events import INJECTION_REACTION, ClusterHooks, MessageRouter
@@ -128,6 +130,7 @@ async def _run(
                 settings,
                 edge,
                 user_timezone=edge.user_timezone,
+                askers=edge.askers(uses_groups=Policy.load(settings.bot_policy_file).uses_groups),
                 owns=owns,
                 # Posts the shutdown itself queued (cancelled calls) still record where they went.
                 before_store_closes=flush_slack,
@@ -231,11 +234,19 @@ def _ingress(
         cluster=ClusterHooks(node.offer_in, lambda key, by: canceller.cancel_turn(key, by=by)) if node else None,
         admission=admission,
     )
+    approvals = ApprovalButtons(
+        client=client,
+        registry=core.registry,
+        admission=admission,
+        metrics=metrics,
+        forward=forward if node is not None else None,
+    )
     if node is not None:
+        node.on("approval", lambda ring: approvals.on_button(ring.extra["body"], forwarded=True))
         node.on("reaction", lambda ring: canceller.on_reaction(ring.extra["body"], forwarded=True))
         node.on("button", lambda ring: canceller.on_button(ring.extra["body"], forwarded=True))
         node.on("cancel", lambda ring: canceller.on_forwarded_cancel(ring.extra["body"]))
-    return Ingress(router=router, canceller=canceller, metrics=metrics, ack_after=node is not None)
+    return Ingress(router=router, canceller=canceller, approvals=approvals, metrics=metrics, ack_after=node is not None)
 
 
 async def _join_cluster(

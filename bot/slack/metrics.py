@@ -23,6 +23,7 @@ COUNTERS = {
     "turns_queued_total": "messages handed to the cluster for their thread's job (cluster mode)",
     "injections_total": "messages injected into a running turn",
     "cancels_total": "cancel requests (reactions, buttons, stop)",
+    "approvals_decided_total": "tool calls approved or denied from Slack",
     "slack_posts_total": "chat.postMessage calls that landed",
     "slack_errors_total": "Slack Web API calls that failed after retries",
     "socket_reconnects_total": "Socket Mode sessions opened after the first (drops, stale pings, silence)",

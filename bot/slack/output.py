@@ -20,6 +20,7 @@ now, after a restart included. Final edits are kept the same way by the
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from typing import Any
@@ -28,6 +29,8 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.calls.models import ToolCall
+from bot.calls.summary import arguments_text
+from bot.slack.askers import PolicyAskers
 from bot.slack.edits import EditScheduler
 from bot.slack.metrics import Metrics
 from bot.slack.outbox import Outbox, marker
@@ -38,6 +41,7 @@ from bot.slack.reminder_post import post_reminder
 from bot.slack.render import (
     Block,
     EmptyMessage,
+    arguments_file,
     defuse,
     outcomes_block,
     reminder_text,
@@ -83,6 +87,8 @@ class SlackEdge:
         self._edits = edits
         self._metrics = metrics or Metrics()
         self._store: Store | None = None
+        self._shared_args: set[str] = set()
+        """Calls whose arguments, too long for their status line, were shared as a file."""
         self._queues = SerialQueues()
         self._sessions = Sessions(client, team_id=team_id)
         self._status_available = True
@@ -135,7 +141,12 @@ class SlackEdge:
         self._put(session_key, lambda: self._post_status(session_key, message))
 
     def call_changed(self, call: ToolCall) -> None:
-        self.board.changed(call)
+        if not self.board.changed(call) and call.is_final and call.approvers:
+            # Asked for before a restart (or on a gone replica): its message was posted by another process.
+            self._put(call.session_key, functools.partial(self.repaint, [call]), holdable=False)
+        elif call.awaiting_approval and (name := arguments_file(call)) is not None and call.id not in self._shared_args:
+            self._shared_args.add(call.id)
+            self.file_shared(call.session_key, SharedFile(name, arguments_text(call).encode(), "text/plain"))
 
     def notice(self, session_key: str, text: str) -> None:
         """The engine's line may quote the model or a tool (an error message): its mentions are made inert."""
@@ -314,6 +325,10 @@ class SlackEdge:
 
     async def user_timezone(self, key: str) -> str | None:
         return await self._sessions.user_timezone(key)
+
+    def askers(self, *, uses_groups: bool) -> PolicyAskers:
+        """Who the tool policy sees asking in this edge's sessions."""
+        return PolicyAskers(self._client, self._sessions, uses_groups=uses_groups)
 
     # -- internals --------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from bot.calls.models import ToolCall
-from bot.calls.summary import call_label, icon, state_text
+from bot.calls.summary import arguments_text, call_label, icon, state_text
 from bot.slack.split import close_open_fence
 
 Block = dict[str, Any]
@@ -34,6 +34,10 @@ Edit = Callable[[str, str, str, list[Block], bool], None]
 """Asks for an edit of (channel, ts, text, blocks, final)."""
 
 CANCEL_ACTION = "cancel_call"
+APPROVE_ACTION = "approve_call"
+DENY_ACTION = "deny_call"
+ARGUMENTS_MAX_CHARS = 2_900
+"""What fits a section beside its code fence; longer arguments are shared as a file beside the status."""
 MAX_CALL_BLOCKS = 49
 """A message holds 50 blocks; one is kept for the "and N more" line."""
 SECTION_MAX_CHARS = 3_000
@@ -98,6 +102,9 @@ def status_message(
             "block_id": f"call:{call.id}:{revision}"[-255:],
             "text": {"type": "mrkdwn", "text": line[:SECTION_MAX_CHARS]},
         }
+        if call.awaiting_approval:
+            blocks += [block, *approval_blocks(call, revision)]
+            continue
         if not call.is_final:
             block["accessory"] = {
                 "type": "button",
@@ -111,6 +118,40 @@ def status_message(
         more = len(calls) - MAX_CALL_BLOCKS
         blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"…and {more} more calls"}]})
     return "\n".join(lines)[:SECTION_MAX_CHARS], blocks
+
+
+def approval_blocks(call: ToolCall, revision: str) -> list[Block]:
+    """The arguments in full (or a pointer to the file that holds them) and the Approve / Deny buttons."""
+    text = arguments_text(call)
+    fence = "`" * 3
+    safe = defuse(escape(text.replace(fence, "'" * 3)))  # a fence in the text would end the block early
+    shown = (
+        f"{fence}{safe}{fence}"
+        if len(text) <= ARGUMENTS_MAX_CHARS
+        else f"The arguments are {len(text):,} characters long: they are in the file `{arguments_file(call)}` here."
+    )
+    button = {"type": "button", "value": call.id}
+    return [
+        {"type": "section", "block_id": f"args:{call.id}:{revision}"[-255:], "text": {"type": "mrkdwn", "text": shown}},
+        {
+            "type": "actions",
+            "block_id": f"decide:{call.id}:{revision}"[-255:],
+            "elements": [
+                {**button, "action_id": APPROVE_ACTION, "style": "primary", "text": _plain("Approve")},
+                {**button, "action_id": DENY_ACTION, "style": "danger", "text": _plain("Deny")},
+                {**button, "action_id": CANCEL_ACTION, "text": _plain("Cancel")},
+            ],
+        },
+    ]
+
+
+def arguments_file(call: ToolCall) -> str | None:
+    """The name of the file that carries a call's arguments when they are too long to show; None when they fit."""
+    return f"arguments-{call.id}.txt" if len(arguments_text(call)) > ARGUMENTS_MAX_CHARS else None
+
+
+def _plain(text: str) -> dict[str, str]:
+    return {"type": "plain_text", "text": text}
 
 
 class EmptyMessage(ValueError):

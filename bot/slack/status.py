@@ -84,15 +84,20 @@ class StatusBoard:
         else:
             self.refresh(message)
 
-    def changed(self, call: ToolCall) -> None:
-        """A call moved on: re-render the message that shows it (the scheduler keeps only the newest state)."""
+    def changed(self, call: ToolCall) -> bool:
+        """A call moved on: re-render the message that shows it (the scheduler keeps only the newest state).
+
+        False when no message of this process shows the call."""
         message = self._by_call.get(call.id)
-        if message is None or message.posting:
-            return
+        if message is None:
+            return False
+        if message.posting:
+            return True
         if message.deferred:
             self._repost_if_final(message)
         else:
             self.refresh(message)
+        return True
 
     def _repost_if_final(self, message: StatusMessage) -> None:
         if all(call.is_final for call in message.calls):

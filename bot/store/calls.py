@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from bot.calls.models import CallStatus, ToolCall, utcnow
@@ -12,7 +14,10 @@ from bot.store.schema import CALL_COLUMNS, call_from_row, call_to_row, ts
 
 ORPHANED_ERROR = "the process that ran this call stopped"
 _OPEN = "('pending', 'running')"  # the statuses a call may still leave
+# A call waiting for an approver runs nothing: a restart leaves it waiting, for whoever takes it up.
+_NOT_ASKED = "NOT (status = 'pending' AND decision = 'asked')"
 _CALL_COLUMNS = ", ".join(CALL_COLUMNS)
+_PROGRESS = CALL_COLUMNS.index("progress")
 _SELECT_CALLS = f"SELECT {_CALL_COLUMNS} FROM tool_calls"
 # Only a call that is still open takes every field (and the replica saving it); `delivered` never goes back to 0,
 # so a stale in-memory copy cannot make a result be delivered twice.
@@ -25,7 +30,8 @@ ON CONFLICT(id) DO UPDATE SET
     completed_at = excluded.completed_at, result = excluded.result, error = excluded.error,
     timed_out = excluded.timed_out, cancelled_by = excluded.cancelled_by,
     delivered = CASE WHEN excluded.delivered = 1 THEN 1 ELSE tool_calls.delivered END,
-    progress = excluded.progress, replica = excluded.replica
+    progress = excluded.progress, replica = excluded.replica, requester = excluded.requester,
+    decision = excluded.decision, decided_by = excluded.decided_by, approvers = excluded.approvers
 WHERE tool_calls.status IN {_OPEN}
 """
 # A final row keeps its outcome; a copy with the same final status may still add progress/delivery.
@@ -64,7 +70,7 @@ class CallQueries:
             await db.executemany(
                 _TOUCH_FINAL_CALL,
                 [
-                    (int(call.delivered), row[-1], call.id, call.status.value)
+                    (int(call.delivered), row[_PROGRESS], call.id, call.status.value)
                     for call, row in zip(calls, rows, strict=True)
                 ],
             )
@@ -90,7 +96,8 @@ class CallQueries:
         if replicas is not None and not replicas:
             return []
         only = f" AND replica IN ({', '.join('?' * len(replicas))})" if replicas is not None else ""
-        sql = f"UPDATE tool_calls SET status = ?, completed_at = ?, error = ? WHERE status IN {_OPEN}{only}"
+        sql = "UPDATE tool_calls SET status = ?, completed_at = ?, error = ?"
+        sql += f" WHERE status IN {_OPEN} AND {_NOT_ASKED}{only}"
         async with self._write() as db:
             rows = await db.fetch(
                 f"{sql} RETURNING {_CALL_COLUMNS}",
@@ -99,6 +106,36 @@ class CallQueries:
                 ORPHANED_ERROR,
                 *(replicas or ()),
             )
+            calls = [call_from_row(row) for row in rows]
+        return sorted(calls, key=lambda call: call.created_at)
+
+    async def audit_calls(
+        self, *, since: datetime | None = None, requester: str | None = None, tool: str | None = None
+    ) -> list[ToolCall]:
+        """Calls for the audit trail, oldest first; `tool` may be a glob (`mcp__github__*`)."""
+        where, params = ["1 = 1"], []
+        if since is not None:
+            where.append("created_at >= ?")
+            params.append(ts(since))
+        if requester is not None:
+            where.append("requester = ?")
+            params.append(requester)
+        async with self._read() as db:
+            order = db.dialect.row_order
+            rows = await db.fetch(f"{_SELECT_CALLS} WHERE {' AND '.join(where)} ORDER BY created_at, {order}", *params)
+        calls = [call_from_row(row) for row in rows]
+        return [call for call in calls if tool is None or fnmatch.fnmatchcase(call.tool_name, tool)]
+
+    async def adopt_asked_calls(self, replicas: Sequence[str] | None = None) -> list[ToolCall]:
+        """Calls left waiting for an approval become this store's replica's, to wait for it here.
+
+        `replicas` as for `orphan_open_calls`: None takes every one (a lone daemon at start-up)."""
+        if replicas is not None and not replicas:
+            return []
+        only = f" AND replica IN ({', '.join('?' * len(replicas))})" if replicas is not None else ""
+        sql = f"UPDATE tool_calls SET replica = ? WHERE NOT {_NOT_ASKED}{only} RETURNING {_CALL_COLUMNS}"
+        async with self._write() as db:
+            rows = await db.fetch(sql, self.replica, *(replicas or ()))
             calls = [call_from_row(row) for row in rows]
         return sorted(calls, key=lambda call: call.created_at)
 

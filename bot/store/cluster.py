@@ -58,7 +58,14 @@ RETURNING p.reminder_id, p.due_at, r.session_key, p.text, r.requester, p.claimed
 # Every open call of a replica declared dead: asked on every reap, so a reap that failed halfway is finished.
 _ORPHAN_DEAD = f"""
 UPDATE tool_calls SET status = 'orphaned', completed_at = ?, error = ?
-WHERE status IN ('pending', 'running') AND replica IN (SELECT id FROM replicas WHERE state = 'dead')
+WHERE status IN ('pending', 'running') AND NOT (status = 'pending' AND decision = 'asked')
+AND replica IN (SELECT id FROM replicas WHERE state = 'dead')
+RETURNING {", ".join(CALL_COLUMNS)}
+"""
+# Calls gone replicas left waiting for an approval: they run nothing yet, so another replica waits for it instead.
+_ADOPT_ASKED = f"""
+UPDATE tool_calls SET replica = ? WHERE status = 'pending' AND decision = 'asked'
+AND replica IN (SELECT id FROM replicas WHERE state IN ('dead', 'stopped'))
 RETURNING {", ".join(CALL_COLUMNS)}
 """
 _ADD_RING = "INSERT INTO cluster_rings (kind, key, body) VALUES (?, ?, ?) RETURNING id"
@@ -126,6 +133,12 @@ class ClusterQueries:
         """Open calls of replicas declared dead become `orphaned`; returns them, oldest first."""
         async with self.transaction() as conn:
             rows = await PgDb(conn).fetch(_ORPHAN_DEAD, ts(utcnow()), ORPHANED_ERROR)
+        return sorted((call_from_row(row) for row in rows), key=lambda call: call.created_at)
+
+    async def adopt_asked_calls_of_gone(self) -> list[ToolCall]:
+        """Calls waiting for an approval on replicas that are gone become this replica's, oldest first."""
+        async with self.transaction() as conn:
+            rows = await PgDb(conn).fetch(_ADOPT_ASKED, self.replica)
         return sorted((call_from_row(row) for row in rows), key=lambda call: call.created_at)
 
     async def prune_replicas(self, older_than_s: float) -> None:

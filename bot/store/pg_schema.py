@@ -206,7 +206,16 @@ CREATE TABLE ticks (
 );
 """
 
-MIGRATIONS: list[LiteralString] = [_V1, _V2, _V3]
+# Who asked for each call and what allowed it: the audit trail (SQLite's version 6).
+_V4 = """
+ALTER TABLE tool_calls ADD COLUMN requester TEXT;
+ALTER TABLE tool_calls ADD COLUMN decision TEXT NOT NULL DEFAULT 'allowed';
+ALTER TABLE tool_calls ADD COLUMN decided_by TEXT;
+ALTER TABLE tool_calls ADD COLUMN approvers TEXT NOT NULL DEFAULT '[]';
+CREATE INDEX tool_calls_by_time ON tool_calls(created_at);
+"""
+
+MIGRATIONS: list[LiteralString] = [_V1, _V2, _V3, _V4]
 
 _VERSION_TABLE = """
 CREATE TABLE IF NOT EXISTS threadbot_schema_version (

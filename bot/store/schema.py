@@ -211,12 +211,22 @@ ALTER TABLE inbox ADD COLUMN requester TEXT;
 ALTER TABLE inbox ADD COLUMN reading_until TEXT;
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5]
+# Who asked for each call and what allowed it (the tool policy, or the approver who decided): the audit trail.
+_V6 = """
+ALTER TABLE tool_calls ADD COLUMN requester TEXT;
+ALTER TABLE tool_calls ADD COLUMN decision TEXT NOT NULL DEFAULT 'allowed';
+ALTER TABLE tool_calls ADD COLUMN decided_by TEXT;
+ALTER TABLE tool_calls ADD COLUMN approvers TEXT NOT NULL DEFAULT '[]';
+CREATE INDEX tool_calls_by_time ON tool_calls(created_at);
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6]
 
 # The tool_calls columns, named as `ToolCall.to_record()` names its keys.
 CALL_COLUMNS = (
     *("id", "session_key", "turn_id", "tool_name", "input", "parent_id", "status", "created_at", "started_at"),
     *("completed_at", "result", "error", "timed_out", "cancelled_by", "delivered", "progress"),
+    *("requester", "decision", "decided_by", "approvers"),
 )
 
 
@@ -239,7 +249,7 @@ def dumps(value: Any) -> str:
 def call_to_row(call: ToolCall) -> tuple[Any, ...]:
     """`ToolCall.to_record()` in column order: JSON as text, times normalised, flags as 0/1."""
     record = call.to_record()
-    for column in ("input", "result", "progress"):
+    for column in ("input", "result", "progress", "approvers"):
         record[column] = dumps(record[column])
     record["created_at"] = ts(call.created_at)
     record["started_at"] = ts_or_none(call.started_at)
@@ -251,7 +261,7 @@ def call_to_row(call: ToolCall) -> tuple[Any, ...]:
 def call_from_row(row: Row) -> ToolCall:
     """The inverse of `call_to_row`; the row must carry every column of `CALL_COLUMNS`."""
     record = dict(zip(row.keys(), tuple(row), strict=True))
-    for column in ("input", "result", "progress"):
+    for column in ("input", "result", "progress", "approvers"):
         record[column] = json.loads(record[column])
     return ToolCall.from_record(record)
 
