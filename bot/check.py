@@ -154,27 +154,27 @@ async def check_tools(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) ->
     return f"operator tools load: {', '.join(item.tool.name for item in operator)}"
 
 
-def open_shell_warning(settings: Settings) -> str | None:
-    """The `!` line for a shell anyone the bot answers may use, or None. It stands while every condition
-    below holds, so a new safeguard (approvals required, say) is one more entry that can lift it."""
+def open_shell_warning(settings: Settings, policy: Policy) -> str | None:
+    """The `!` line for a shell anyone the bot answers may use unasked, or None. It stands while every
+    condition below holds, so each safeguard (an allow-list, an approval) is one entry that lifts it."""
+    ruling = policy.rule_for(None, SHELL_TOOL, {"command": ""}, Asker(None))
     unguarded = {
         "the shell is on (BOT_ENABLE_SHELL=1)": settings.bot_enable_shell,
         "nobody is restricted (BOT_ALLOWED_USERS is empty)": not settings.bot_allowed_users,
+        f"run_command needs no approval ({ruling.rule})": ruling.verdict is Verdict.ALLOW,
     }
     if not all(unguarded.values()):
         return None
-    return f"! {' and '.join(unguarded)}: everyone the bot answers can have it run commands"
+    return f"! {', '.join(unguarded)}: everyone the bot answers can have it run commands"
 
 
 async def check_shell(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) -> str:
-    """With the shell on, one empty command in the sandbox `run_command` will use, in a scratch work dir;
-    and a warning when nobody is kept from it."""
+    """With the shell on, one empty command in the sandbox `run_command` will use, in a scratch work dir."""
     shell = settings.shell
     if shell is None:
         return "the shell is off (BOT_ENABLE_SHELL)"
-    warning = f"\n{line}" if (line := open_shell_warning(settings)) else ""
     if shell.sandbox is Sandbox.NONE:
-        return f"the shell runs unsandboxed (BOT_SHELL_SANDBOX=none): commands see the daemon's files{warning}"
+        return "the shell runs unsandboxed (BOT_SHELL_SANDBOX=none): commands see the daemon's files"
     with tempfile.TemporaryDirectory(prefix="threadbot-check-") as scratch:
         try:
             async with asyncio.timeout(timeout_s):
@@ -188,20 +188,15 @@ async def check_shell(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) ->
             "is the boundary"
         )
     network = "on" if shell.network else "off"
-    return f"the shell runs under bwrap (network {network}, BOT_SHELL_NETWORK){warning}"
+    return f"the shell runs under bwrap (network {network}, BOT_SHELL_NETWORK)"
 
 
 async def check_policy(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) -> str:
     """The tool policy reads, and what it says, in one screen; a warning when anyone may run commands unasked."""
     policy = Policy.load(settings.bot_policy_file)  # PolicyError names the file, the line and the rule
     lines = policy.describe()
-    if settings.shell is not None and not settings.bot_allowed_users:
-        ruling = policy.rule_for(None, SHELL_TOOL, {"command": ""}, Asker(None))
-        if ruling.verdict is Verdict.ALLOW:
-            lines.append(
-                "! the shell is on (BOT_ENABLE_SHELL), BOT_ALLOWED_USERS is empty and run_command needs no "
-                f"approval ({ruling.rule}): anyone in the workspace can run commands on this host"
-            )
+    if (warning := open_shell_warning(settings, policy)) is not None:
+        lines.append(warning)
     return "\n  ".join(lines)
 
 

@@ -192,7 +192,7 @@ class Policy:
                 if patterns
             ]
             approvers = f"approvers: {', '.join(table.approvers)}" if table.approvers else "approvers: the asker"
-            lines.append(f"  {table.label} {' '.join(scope) or 'everyone'} | {' | '.join([*verdicts, approvers])}")
+            lines.append(f"{table.label} {' '.join(scope) or 'everyone'} | {' | '.join([*verdicts, approvers])}")
         return lines
 
 

@@ -20,6 +20,7 @@ from test_console import ROOT, run_bot
 from bot import check
 from bot.config import Settings, load_settings
 from bot.errors import ConfigError, ThreadbotError
+from bot.policy import Policy
 from bot.store import SqliteStore
 
 QUICK_S = 0.5
@@ -79,26 +80,6 @@ async def test_everything_fine_is_all_ticks_and_both_tokens_were_tried(
     ]
     [request] = fake.requests
     assert system_text(request) == check.PROBE_SYSTEM and request["max_tokens"] == 1  # never an empty system
-
-
-OPEN_SHELL = (
-    "! the shell is on (BOT_ENABLE_SHELL=1) and nobody is restricted (BOT_ALLOWED_USERS is empty): "
-    "everyone the bot answers can have it run commands"
-)
-
-
-async def test_a_shell_nobody_is_kept_from_is_warned_about_in_one_line(
-    good: Callable[..., Settings], capsys: pytest.CaptureFixture[str]
-) -> None:
-    code, lines = await outcome_lines(good(bot_enable_shell=True, bot_shell_sandbox="none"), capsys)
-    assert code == 0, lines
-    shell = lines.index("✓ the shell runs unsandboxed (BOT_SHELL_SANDBOX=none): commands see the daemon's files")
-    assert lines[shell + 1] == OPEN_SHELL and [line for line in lines if line.startswith("!")] == [OPEN_SHELL]
-    restricted = good(bot_enable_shell=True, bot_shell_sandbox="none", bot_allowed_users="U1")
-    assert check.open_shell_warning(restricted) is None
-    assert check.open_shell_warning(good()) is None, "no shell, nothing to warn about"
-    _, lines = await outcome_lines(restricted, capsys)
-    assert not [line for line in lines if line.startswith("!")]
 
 
 async def test_a_bad_app_token_fails_check_as_it_would_fail_run(
@@ -338,19 +319,21 @@ async def test_a_bad_policy_file_fails_check_naming_the_file_and_line(
 async def test_check_lists_the_policy_and_warns_when_anyone_may_run_commands_unasked(
     good: Callable[..., Settings], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, lines = await outcome_lines(good(bot_policy_file=None), capsys, timeout_s=GENEROUS_S)
+    code, lines = await outcome_lines(
+        good(bot_policy_file=None, bot_enable_shell=True, bot_shell_sandbox="none"), capsys
+    )
     assert code == 0 and any(line.startswith("✓ built-in policy: ") for line in lines)
+    assert not [line for line in lines if "!" in line[:4]], "run_command asks: nothing to warn about"
     policy = tmp_path / "open.toml"
     policy.write_text('[default]\nallow = ["run_command"]\n[[rule]]\nchannels = ["C0OPS"]\ndeny = ["mcp__*"]\n')
     settings = good(bot_policy_file=policy, bot_enable_shell=True, bot_shell_sandbox="none")
-    code, lines = await outcome_lines(settings, capsys, timeout_s=GENEROUS_S)
-    text = "\n".join(lines)
-    assert code == 0 and f"✓ policy file {policy}" in text
-    assert "[[rule]] #1 channels=C0OPS | deny: mcp__*" in text
-    assert "run_command needs no approval" in text and "anyone in the workspace can run commands" in text
-    code, lines = await outcome_lines(
-        good(bot_policy_file=policy, bot_enable_shell=True, bot_shell_sandbox="none", bot_allowed_users="U1"),
-        capsys,
-        timeout_s=GENEROUS_S,
+    code, lines = await outcome_lines(settings, capsys)
+    assert code == 0 and f"✓ policy file {policy} (unnamed tools: the built-in choice)" in lines
+    assert "  [[rule]] #1 channels=C0OPS | deny: mcp__* | approvers: the asker" in lines
+    assert lines[-1] == (
+        "  ! the shell is on (BOT_ENABLE_SHELL=1), nobody is restricted (BOT_ALLOWED_USERS is empty), run_command "
+        f"needs no approval ({policy} [default]: allow run_command): everyone the bot answers can have it run commands"
     )
-    assert "run_command needs no approval" not in "\n".join(lines)
+    restricted = good(bot_policy_file=policy, bot_enable_shell=True, bot_shell_sandbox="none", bot_allowed_users="U1")
+    assert check.open_shell_warning(restricted, Policy.load(policy)) is None
+    assert check.open_shell_warning(good(bot_policy_file=policy), Policy.load(policy)) is None, "no shell"
