@@ -27,13 +27,13 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from conftest import OPEN_POLICY
 from fakes.anthropic_api import Failure, FakeAnthropic, Reply, user_texts
 from fakes.slack_api import FakeSlack, StoredMessage
 
 from bot.types import Speaker
 
 ROOT = Path(__file__).resolve().parents[1]
-OPEN_POLICY = Path(__file__).with_name("open_policy.toml")  # as in conftest: no approver needed
 WAIT_S = 15.0
 STOP_S = 90.0
 """How long a SIGTERM'd daemon may take: its documented worst case (about 85 s, tests/test_deploy.py). A

@@ -10,6 +10,7 @@ import signal
 import sys
 from pathlib import Path
 
+from conftest import OPEN_POLICY
 from fakes.anthropic_api import FakeAnthropic, Reply, tool_use, user_texts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,9 +25,10 @@ def bot_env(fake: FakeAnthropic, data_dir: Path, **extra: str) -> dict[str, str]
         ANTHROPIC_BASE_URL=fake.url,
         ANTHROPIC_API_KEY="test",
         BOT_DATA_DIR=str(data_dir),
+        BOT_POLICY_FILE=str(OPEN_POLICY),
         PYTHONPATH=str(ROOT),
-        **extra,
     )
+    env.update(extra)
     return env
 
 

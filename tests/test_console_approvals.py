@@ -11,7 +11,7 @@ import pytest
 from fakes.anthropic_api import FakeAnthropic, Reply, tool_results, tool_use, user_texts
 from test_console import START_S, bot_env, run_bot, spawn_bot
 
-SHELL = {"BOT_ENABLE_SHELL": "1", "BOT_SHELL_SANDBOX": "none"}
+SHELL = {"BOT_ENABLE_SHELL": "1", "BOT_SHELL_SANDBOX": "none", "BOT_POLICY_FILE": ""}
 """The built-in policy (no BOT_POLICY_FILE): run_command asks. No sandbox: these tests are about the asking."""
 
 

@@ -28,7 +28,8 @@ async def rig(tmp_path: Path) -> AsyncIterator[tuple[FakeSlack, Script, Daemon]]
     async with FakeSlack() as slack, FakeAnthropic() as model:
         script = Script()
         model.default = script
-        daemon = Daemon(slack, model, tmp_path)
+        # Every thread here is U1's, standing for many people: one person's cap on running tools would say so.
+        daemon = Daemon(slack, model, tmp_path, env={"BOT_MAX_CONCURRENT_TOOLS_PER_USER": "1000"})
         try:
             yield slack, script, daemon
         finally:
