@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncIterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +12,6 @@ import pytest
 from cluster_rig import Cluster, cluster
 from daemon_rig import U1, WAIT_S, mention, reply, wait_status, wait_text, words
 from fakes.anthropic_api import Reply, tool_use, user_texts
-from fakes.slack_api import StoredMessage
 
 from bot.agent.fence import said, untrusted
 
@@ -129,36 +126,6 @@ def overlapping_turns(rig: Cluster) -> list[str]:
     return wrong
 
 
-async def test_killing_the_replica_that_runs_20_threads_orphans_their_calls_and_resumes_them_elsewhere(
-    rig: Cluster,
-) -> None:
-    [owner] = await rig.start(1)  # alone at first, so every thread's turn runs on it
-    for n in range(20):
-        sleep = tool_use("sleep_for", {"seconds": 120})
-        rig.script.add(f"long job {n:02d}.", Reply.tools(sleep), Reply.text_only(f"ok {n:02d}"))
-    # A channel each: Slack takes about one post a second per channel, and the daemon paces itself to it.
-    roots = [await mention(rig.slack, f"C{n:02d}", f"long job {n:02d}.") for n in range(20)]
-    statuses = [await wait_status(rig.slack, root["channel"], root["ts"]) for root in roots]
-    for status in statuses:  # the first progress edit comes after the post's place is stored
-        await rig.slack.wait_for(lambda status=status: status.edits, WAIT_S, "the call running")
-    await rig.start(2)
-    await rig.kill(owner)
-    killed_at = time.monotonic()
-    for n, root in enumerate(roots):
-        await wait_text(rig.slack, root["channel"], root["ts"], f"ok {n:02d}")
-    took = time.monotonic() - killed_at
-    assert took < 15, f"every thread resumed elsewhere only after {took:.1f}s"
-    calls = await rig.query("SELECT status, count(*) FROM tool_calls GROUP BY status")
-    assert calls == [("orphaned", 20)]
-    # The repaints are edits, and the workspace's edit budget (about 50 a minute, split across the live
-    # replicas) is what paces them: 20 of them need most of a minute.
-    for status in statuses:
-        await rig.slack.wait_for(lambda status=status: "👻" in status.text, 60, "the call repainted as orphaned")
-    for n in range(20):
-        requests = [r for r in rig.model.requests if f"long job {n:02d}." in user_texts(r)[0]]
-        assert len(requests) == 2 and "orphaned" in json.dumps(requests[1]["messages"][-1])
-
-
 @pytest.mark.timeout(420)  # three stops under load, each allowed the daemon's worst case
 async def test_rolling_sigterm_of_every_replica_under_load_loses_no_acked_message(rig: Cluster) -> None:
     rig.slack.routing = "random"
@@ -232,67 +199,6 @@ async def test_a_reply_a_reaction_and_a_button_reach_the_turn_through_a_replica_
 
 async def _is(rig: Cluster, call_id: str, status: str) -> bool:
     return await call_status(rig, call_id) == status
-
-
-def reminder_texts(rig: Cluster, channel: str, thread_ts: str) -> list[str]:
-    return [m.text for m in rig.slack.posts_in_thread(channel, thread_ts) if "⏰" in m.text]
-
-
-async def test_reminders_fire_once_through_a_kill_and_a_full_stop(rig: Cluster) -> None:
-    await rig.start(3, BOT_MAX_REMINDERS_PER_USER="200")  # one person sets all 101
-    started = time.time()
-    roots = []
-    for n in range(20):  # 100 reminders due 10-30 s from now, five per thread (Slack paces posts per channel)
-        due = [10 + (n * 5 + k) * 0.2 for k in range(5)]
-        tools = [tool_use("schedule_reminder", {"text": f"r{n:02d}-{k}", "in_seconds": s}) for k, s in enumerate(due)]
-        if n == 0:
-            tools.append(tool_use("schedule_reminder", {"text": "every minute", "cron": "* * * * *"}))
-        rig.script.add(f"plan {n:02d}.", Reply.tools(*tools), Reply.text_only("Set."))
-        roots.append(await mention(rig.slack, f"R{n:02d}", f"plan {n:02d}."))
-    for root in roots:
-        await wait_text(rig.slack, root["channel"], root["ts"], "Set.")
-
-    def fired() -> int:
-        return sum(len(reminder_texts(rig, root["channel"], root["ts"])) for root in roots)
-
-    await rig.slack.wait_for(lambda: fired() >= 10, 40, "the first reminders")
-    await rig.kill(rig.replicas[0])
-    await rig.slack.wait_for(lambda: fired() >= 40, 40, "more reminders, from the two left")
-    for daemon in rig.replicas[1:]:
-        assert await daemon.stop() == 0
-    await asyncio.sleep(20)  # the scenario itself: every replica down while reminders come due
-    await rig.start(3)
-    for n, root in enumerate(roots):
-        wanted = {f"r{n:02d}-{k}" for k in range(5)}
-        await rig.slack.wait_for(
-            lambda root=root, wanted=wanted: wanted <= _fired_texts(rig, root), 40, f"every reminder of thread {n}"
-        )
-    for n, root in enumerate(roots):
-        posted = [t for t in _fired_texts_list(rig, root) if t.startswith("r")]
-        assert sorted(posted) == sorted(f"r{n:02d}-{k}" for k in range(5)), posted
-    runs = [
-        _run_of(m)
-        for m in rig.slack.posts_in_thread(roots[0]["channel"], roots[0]["ts"])
-        if "⏰ every minute" in m.text
-    ]
-    assert len(runs) == len(set(runs)), runs  # never two posts for one run of the cron
-    assert all(started < run.timestamp() <= time.time() and run.second == 0 for run in runs), runs
-    states = await rig.query("SELECT status, count(*) FROM reminders WHERE cron IS NULL GROUP BY status")
-    assert states == [("fired", 100)]
-
-
-def _fired_texts_list(rig: Cluster, root: dict[str, Any]) -> list[str]:
-    """The reminder texts posted in a thread, without the mention and the lateness note."""
-    return [t.split("⏰ ", 1)[1].split(" (", 1)[0] for t in reminder_texts(rig, root["channel"], root["ts"])]
-
-
-def _run_of(post: StoredMessage) -> datetime:
-    """Which run of its reminder a post delivers, from the metadata every reminder post carries."""
-    return datetime.fromisoformat(post.extra["metadata"]["event_payload"]["due_at"])
-
-
-def _fired_texts(rig: Cluster, root: dict[str, Any]) -> set[str]:
-    return set(_fired_texts_list(rig, root))
 
 
 async def test_a_replica_declared_dead_stops_at_once_and_its_thread_goes_on_elsewhere(rig: Cluster) -> None:

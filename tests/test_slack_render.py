@@ -112,3 +112,27 @@ def test_small_helpers() -> None:
     assert who("U1") == "<@U1>" and who("W2ABC") == "<@W2ABC>" and who("shutdown") == "shutdown" and who(None)
     assert reminder_text("stand-up", "U7") == "<@U7> ⏰ stand-up"
     assert reminder_text("stand-up", None) == "⏰ stand-up"
+
+
+def test_a_call_waiting_for_approval_shows_its_exact_arguments_and_the_buttons() -> None:
+    from slack_sdk.models.blocks import Block
+
+    from bot.calls.models import Decision
+    from bot.slack.render import APPROVE_ACTION, ARGUMENTS_MAX_CHARS, DENY_ACTION, arguments_file
+
+    command = "grep -r '<b>' . && echo ```done``` @here"
+    call = ToolCall("toolu_A", "k", "t", "run_command", {"command": command})
+    call.decision, call.approvers = Decision.ASKED, ["U1", "U2"]
+    text, blocks = status_message([call])
+    assert "waiting for approval by <@U1> or <@U2>" in text
+    for block in Block.parse_all(blocks):
+        block.validate_json()  # what Slack's own block models accept
+    args = blocks[1]["text"]["text"]
+    assert args.startswith("```") and args.endswith("```") and "'''done'''" in args, "a fence cannot end it early"
+    assert "&lt;b&gt;" in args and "<!here>" not in args and "@\u2060here" in args
+    assert [element["action_id"] for element in blocks[2]["elements"]] == [APPROVE_ACTION, DENY_ACTION, "cancel_call"]
+    assert arguments_file(call) is None
+    long = ToolCall("toolu_B", "k", "t", "run_command", {"command": "x" * (ARGUMENTS_MAX_CHARS + 1)})
+    long.decision = Decision.ASKED
+    _, blocks = status_message([long])
+    assert arguments_file(long) == "arguments-toolu_B.txt" and "`arguments-toolu_B.txt`" in blocks[1]["text"]["text"]
