@@ -7,9 +7,8 @@ prints one object per line, for a log pipeline or `jq`; the table is for a perso
 from __future__ import annotations
 
 import json
-from typing import Any
 
-from bot.calls.models import CallStatus, ToolCall, utcnow
+from bot.calls.models import ToolCall, utcnow
 from bot.calls.summary import call_label, one_line
 from bot.config import Settings
 from bot.store import open_store
@@ -17,30 +16,6 @@ from bot.usage_report import parse_since
 
 HEADERS = ("at", "call", "tool", "requester", "decision", "decided by", "outcome")
 DECIDED_BY_MAX_CHARS = 60
-
-
-def audit_record(call: ToolCall) -> dict[str, Any]:
-    """The JSON shape of one call in the trail."""
-    return {
-        "call_id": call.id,
-        "session": call.session_key,
-        "tool": call.tool_name,
-        "arguments": call.input,
-        "requester": call.requester,
-        "decision": call.decision.value,
-        "decided_by": call.decided_by,
-        "approvers": call.approvers,
-        "outcome": outcome(call),
-        "error": call.error,
-        "at": call.created_at.isoformat(),
-        "completed_at": call.completed_at.isoformat() if call.completed_at else None,
-    }
-
-
-def outcome(call: ToolCall) -> str:
-    if call.status is CallStatus.FAILED and call.timed_out:
-        return "timed_out"
-    return "awaiting_approval" if call.awaiting_approval else call.status.value
 
 
 def render(calls: list[ToolCall]) -> str:
@@ -54,7 +29,7 @@ def render(calls: list[ToolCall]) -> str:
                 call.requester or "-",
                 call.decision.value,
                 one_line(call.decided_by or "-", DECIDED_BY_MAX_CHARS),
-                outcome(call),
+                call.outcome,
             ]
         )
     widths = [max(len(cell) for cell in column) for column in zip(*lines, strict=True)]
@@ -77,7 +52,7 @@ async def audit_report(settings: Settings, *, since: str, user: str | None, tool
         await store.close()
     if as_json:
         for call in calls:
-            print(json.dumps(audit_record(call), ensure_ascii=False, default=str))
+            print(json.dumps(call.audit_view(), ensure_ascii=False, default=str))
     else:
         print(render(calls))
     return 0

@@ -161,6 +161,30 @@ class ToolCall:
             view["progress"] = [entry.to_json() for entry in self.progress]
         return view
 
+    @property
+    def outcome(self) -> str:
+        """How the call ended (or where it stands), in the audit trail's words."""
+        if self.status is CallStatus.FAILED and self.timed_out:
+            return "timed_out"
+        return "awaiting_approval" if self.awaiting_approval else self.status.value
+
+    def audit_view(self) -> dict[str, JSON]:
+        """The call in the audit trail: who asked, what decided it, what it ran with, how it ended."""
+        return {
+            "call_id": self.id,
+            "session": self.session_key,
+            "tool": self.tool_name,
+            "arguments": self.input,
+            "requester": self.requester,
+            "decision": self.decision.value,
+            "decided_by": self.decided_by,
+            "approvers": self.approvers,
+            "outcome": self.outcome,
+            "error": self.error,
+            "at": self.created_at.isoformat(),
+            "completed_at": _iso(self.completed_at),
+        }
+
     def to_record(self) -> dict[str, JSON]:
         """Everything the store keeps, as JSON-friendly values."""
         return {

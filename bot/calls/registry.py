@@ -518,16 +518,7 @@ class CallRegistry:
 def _audit(call: ToolCall) -> None:
     """Every decision on a call is also a log line; with BOT_LOG_FORMAT=json its fields are the line's own, for
     a log pipeline to keep beside the database's trail."""
-    record = {
-        "event": "tool_decision",
-        "call_id": call.id,
-        "session": call.session_key,
-        "tool": call.tool_name,
-        "arguments": call.input,
-        "requester": call.requester,
-        "decision": call.decision.value,
-        "decided_by": call.decided_by,
-    }
+    record = {"event": "tool_decision", **call.audit_view()}
     by = f" by {call.decided_by}" if call.decided_by else ""
     audit_log.info("%s %s call %s%s", call.decision.value, call.tool_name, call.id, by, extra={"fields": record})
 
