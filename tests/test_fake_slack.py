@@ -108,6 +108,26 @@ async def test_form_encoded_blocks_are_decoded(slack: FakeSlack, client: AsyncWe
     assert slack.calls_to("chat.postMessage")[0].params["blocks"] == blocks
 
 
+@pytest.mark.parametrize(
+    "blocks",
+    [
+        [{"type": "section", "text": {"type": "mrkdwn", "text": "x"}}] * 51,
+        [{"type": "no_such_block"}],
+        [{"type": "section", "text": {"type": "mrkdwn", "text": "x" * 3001}}],
+    ],
+)
+async def test_blocks_slack_would_refuse_are_invalid_blocks(
+    slack: FakeSlack, client: AsyncWebClient, blocks: list[dict[str, object]]
+) -> None:
+    with pytest.raises(SlackApiError) as refused:
+        await client.chat_postMessage(channel="C1", text="t", blocks=blocks)
+    assert refused.value.response["error"] == "invalid_blocks"
+    posted = await client.chat_postMessage(channel="C1", text="t")
+    with pytest.raises(SlackApiError) as refused:
+        await client.chat_update(channel="C1", ts=posted["ts"], text="t", blocks=blocks)
+    assert refused.value.response["error"] == "invalid_blocks"
+
+
 async def test_reactions_mirror_real_errors(slack: FakeSlack, client: AsyncWebClient) -> None:
     event = slack.user_message("C1", "hello")
     await client.reactions_add(channel="C1", timestamp=event["ts"], name="eyes")

@@ -47,6 +47,8 @@ from urllib.parse import urlencode
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from aiohttp import WSCloseCode, WSMsgType, web
+from slack_sdk.errors import SlackObjectFormationError
+from slack_sdk.models.blocks import Block
 
 from fakes.slack_files import FakeFiles
 
@@ -425,6 +427,26 @@ async def _read_params(request: web.Request) -> JsonDict:
             with contextlib.suppress(ValueError):
                 params[key] = json.loads(value)
     return params
+
+
+MAX_BLOCKS = 50
+
+
+def _check_blocks(blocks: object) -> None:
+    """What Slack answers `invalid_blocks` to: more than 50 blocks, a type it does not know, or a block its
+    own models (slack_sdk's, which follow Block Kit's documented limits) refuse."""
+    if blocks is None:
+        return
+    if not isinstance(blocks, list) or len(blocks) > MAX_BLOCKS:
+        raise SlackError("invalid_blocks")
+    parsed = Block.parse_all(blocks)
+    if any(block is None for block in parsed):
+        raise SlackError("invalid_blocks")
+    try:
+        for block in parsed:
+            block.validate_json()
+    except SlackObjectFormationError:
+        raise SlackError("invalid_blocks") from None
 
 
 def _require(params: Mapping[str, Any], name: str, error: str = "invalid_arguments") -> str:
@@ -893,6 +915,7 @@ class FakeSlack:
             raise SlackError("not_in_channel")
         if not (params.get("text") or params.get("blocks") or params.get("attachments")):
             raise SlackError("no_text")
+        _check_blocks(params.get("blocks"))
 
     def _chat_post_message(self, params: JsonDict, token: str | None) -> JsonDict:
         channel = _require(params, "channel", "channel_not_found")
@@ -924,6 +947,7 @@ class FakeSlack:
             raise SlackError("cant_update_message")
         if "text" not in params and "blocks" not in params and "attachments" not in params:
             raise SlackError("no_text")
+        _check_blocks(params.get("blocks"))
         text = params.get("text")
         self._revise(message, None if text is None else str(text), params.get("blocks"))
         return {"channel": message.channel, "ts": message.ts, "text": message.text, "message": message.to_api()}
