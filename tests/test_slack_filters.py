@@ -33,7 +33,7 @@ def test_a_reply_belongs_to_its_thread_root() -> None:
 
 
 def test_a_mention_seen_through_a_plain_message_event_still_counts() -> None:
-    incoming = classify(body(text="hey <@UBOT|threadbot> look"), BOT)
+    incoming = classify(body(text="hey <@UBOT|threadbot> look", channel="G9", channel_type="mpim"), BOT)
     assert incoming is not None and incoming.mentioned and incoming.text == "hey  look"
 
 
@@ -110,7 +110,7 @@ def test_the_author_team_is_user_team_else_team() -> None:
         ({"thread_ts": "9.0"}, True, ("C1",), False),  # a mention-only channel
         ({"thread_ts": "9.0"}, True, ("*",), False),  # every channel mention-only
         ({"thread_ts": "9.0"}, True, ("C2",), True),  # another channel is mention-only, not this one
-        ({"thread_ts": "9.0", "text": "<@UBOT> now you"}, True, ("C1",), True),
+        ({"thread_ts": "9.0", "type": "app_mention", "text": "<@UBOT> now you"}, True, ("C1",), True),
         ({"thread_ts": "9.0", "type": "app_mention", "text": "<@UBOT> hi"}, False, ("*",), True),
         ({"thread_ts": "9.0", "channel": "D9", "channel_type": "im"}, True, ("*", "D9"), True),  # DMs always answer
     ],
@@ -121,6 +121,15 @@ def test_mention_only_channels_answer_replies_only_when_they_name_the_bot(
     incoming = classify(body(**event), BOT)
     assert incoming is not None
     assert addressed(incoming, in_session=in_session, mention_only_channels=mention_only) is expected
+
+
+def test_a_channel_message_that_mentions_the_bot_is_left_to_its_app_mention_twin() -> None:
+    assert classify(body(text="<@UBOT> hi"), BOT) is None
+    assert classify(body(text="<@UBOT> hi", channel="G1", channel_type="group"), BOT) is None
+    twin = classify(body(text="<@UBOT> hi", type="app_mention"), BOT)
+    assert twin is not None and twin.mentioned
+    direct = classify(body(text="<@UBOT> hi", channel="D1", channel_type="im"), BOT)
+    assert direct is not None, "a DM has no app_mention twin"
 
 
 def test_only_requesters_and_allowed_users_may_cancel() -> None:

@@ -64,6 +64,10 @@ def strip_mention(text: str, bot_user_id: str) -> str:
     return re.sub(rf"<@{re.escape(bot_user_id)}(\|[^>]*)?>", "", text).strip()
 
 
+TWINNED_CHANNEL_TYPES = ("channel", "group")
+"""Where Slack sends a mention twice, as `app_mention` and as `message`."""
+
+
 def classify(body: dict[str, Any], bot_user_id: str) -> Incoming | None:
     """The message a `message` / `app_mention` event carries, or None when the bot must ignore it."""
     event = body.get("event") or {}
@@ -81,6 +85,8 @@ def classify(body: dict[str, Any], bot_user_id: str) -> Incoming | None:
     text = clean_text(str(event.get("text") or ""))  # a `\ud800` escape in the JSON must not reach the model
     mentioned = kind == "app_mention" or f"<@{bot_user_id}" in text
     channel_type = event.get("channel_type") or ("im" if str(channel).startswith("D") else "channel")
+    if kind == "message" and mentioned and channel_type in TWINNED_CHANNEL_TYPES:
+        return None  # its `app_mention` twin carries it: dropped here, before it costs a store round trip
     return Incoming(
         team=str(body.get("team_id") or event.get("team") or ""),
         channel=str(channel),
