@@ -95,7 +95,8 @@ def expected_claims(order: list[tuple[Message, dict[str, Any]]]) -> list[tuple[s
     expected = []
     for message, body in order:
         thread = (message.channel, message.root)
-        if twin(message, body) or message.ts in taken or not (thread in sessions or message.mentioned or message.direct):
+        addressed = thread in sessions or message.mentioned or message.direct
+        if twin(message, body) or message.ts in taken or not addressed:
             continue
         taken.add(message.ts)
         sessions.add(thread)
