@@ -2,14 +2,17 @@
 
 It asks what `run` will ask, through the same code: `auth.test` and `apps.connections.open` on
 the daemon's own client, one request on the daemon's model client, the store's own migrations.
-Each probe is bounded, so a server that accepts and never answers costs `timeout_s`, not minutes;
-each failure names the variable to change and the URL that was asked. It creates nothing that
+Each probe is bounded, so a server that accepts and never answers costs `timeout_s`, not minutes,
+and they all run at once, so two such servers cost it once; each failure names the variable to
+change, the URL that was asked and the cause. It creates nothing that
 `run` would find: a database that does not exist yet is tried out in a scratch folder.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
+import ssl
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -24,7 +27,7 @@ from bot.mcp.check import check_mcp
 from bot.operator_tools import SourcedTool, load_entry_point_tools, load_module_tools, unique_tools
 from bot.policy import SHELL_TOOL, Asker, Policy, Verdict
 from bot.slack import tokens
-from bot.slack.app import build_client, check_app_token, identify, slack_http_session
+from bot.slack.app import build_client, meet_slack, slack_http_session
 from bot.store import SqliteStore
 from bot.store.modes import DIR_MODE, FILE_MODE, loose_modes
 from bot.types import ModelRequest
@@ -102,26 +105,19 @@ async def check_slack(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) ->
         raise ConfigError("SLACK_SIGNING_SECRET: required in HTTP mode (or set SLACK_APP_TOKEN for Socket Mode)")
     if (problem := tokens.token_problem(settings)) is not None:
         raise ConfigError(problem)
+    app_token = settings.slack_app_token.get_secret_value() if settings.slack_app_token else None
     async with slack_http_session() as session:
         client = build_client(settings, session)
-        try:
-            async with asyncio.timeout(timeout_s):
-                me = await identify(client)
-                if settings.slack_app_token is not None:
-                    await check_app_token(client, settings.slack_app_token.get_secret_value())
-        except TimeoutError:
-            raise ThreadbotError(
-                f"no answer from Slack at {client.base_url} (SLACK_API_URL) within {timeout_s:g}s"
-            ) from None
+        me = await meet_slack(client, app_token, timeout_s)
     mode = "Socket Mode (SLACK_APP_TOKEN opens a connection)" if settings.slack_app_token else "HTTP mode"
     return f"Slack at {client.base_url}: bot {me.describe()}; {mode}"
 
 
 async def check_model(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) -> str:
-    """One tiny request on the daemon's own model client; `ANTHROPIC_BASE_URL` named when it is set."""
-    where = (
-        f"ANTHROPIC_BASE_URL={settings.anthropic_base_url}" if settings.anthropic_base_url else ANTHROPIC_DEFAULT_URL
-    )
+    """One tiny request on the daemon's own model client. A failure names the variable to change, as the
+    Slack line does: `ANTHROPIC_BASE_URL` when the API cannot be reached (and why), the key when it is refused."""
+    url = settings.anthropic_base_url or ANTHROPIC_DEFAULT_URL
+    where = f"ANTHROPIC_BASE_URL={url}" if settings.anthropic_base_url else url
     key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else ""
     if "..." in key or "…" in key:
         raise ConfigError(
@@ -129,19 +125,72 @@ async def check_model(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) ->
             "an API key is made at console.anthropic.com → API keys"
         )
     # The SDK's own read bound lies beyond the probe's, so a stalled answer always ends as "no answer within".
-    timeout = anthropic.Timeout(2 * timeout_s, connect=min(timeout_s, MODEL_CONNECT_TIMEOUT_S))
+    connect_s = min(timeout_s, MODEL_CONNECT_TIMEOUT_S)
+    timeout = anthropic.Timeout(2 * timeout_s, connect=connect_s)
     provider = anthropic_provider(settings, max_retries=1, timeout=timeout)
     request = ModelRequest(system=PROBE_SYSTEM, messages=[{"role": "user", "content": "ping"}], tools=[], max_tokens=1)
     try:
         async with asyncio.timeout(timeout_s):
             await provider.complete(request)
     except ModelError as exc:
-        raise ThreadbotError(f"model {settings.bot_model} at {where}: {exc}") from None
+        raise ThreadbotError(_model_failure(settings, url, where, exc, connect_s)) from None
     except TimeoutError:
-        raise ThreadbotError(f"model {settings.bot_model} at {where}: no answer within {timeout_s:g}s") from None
+        raise ThreadbotError(
+            f"no answer from the model API at {url} (ANTHROPIC_BASE_URL) within {timeout_s:g}s"
+        ) from None
     finally:
         await provider.close()
     return f"model {settings.bot_model} answers at {where}"
+
+
+def _model_failure(settings: Settings, url: str, where: str, exc: ModelError, connect_s: float) -> str:
+    """The SDK's error under the provider's user-facing one says who is to blame: the URL, or the key."""
+    cause = exc.__cause__
+    if isinstance(cause, anthropic.APIConnectionError):
+        return f"cannot reach the model API at {url} (ANTHROPIC_BASE_URL): {_connection_cause(cause, connect_s)}"
+    if isinstance(cause, anthropic.APIStatusError) and cause.status_code in (401, 403):
+        variable = "ANTHROPIC_API_KEY" if settings.anthropic_api_key else "ANTHROPIC_AUTH_TOKEN"
+        return (
+            f"{variable}{where_set(variable)}: the model API at {url} refused it "
+            f"(HTTP {cause.status_code}: {_api_message(cause)})"
+        )
+    return f"model {settings.bot_model} at {where}: {exc}"
+
+
+def _api_message(exc: anthropic.APIStatusError) -> str:
+    body = exc.body if isinstance(exc.body, dict) else {}
+    error = body.get("error")
+    message = error.get("message") if isinstance(error, dict) else None
+    return str(message) if message else exc.message
+
+
+def _connection_cause(exc: BaseException, connect_s: float) -> str:
+    """Why a connection failed, in the words an operator acts on: refused, DNS, TLS, a timeout.
+
+    The SDK's error wraps the transport's, which wraps the socket's (several, when a name has several
+    addresses); the first one that says something specific wins."""
+    seen: list[BaseException] = []
+    pending: list[BaseException] = [exc]
+    while pending:
+        error = pending.pop(0)
+        if error in seen:
+            continue
+        seen.append(error)
+        if isinstance(error, anthropic.APITimeoutError):
+            return f"no connection within {connect_s:g}s"
+        if isinstance(error, ssl.SSLCertVerificationError):
+            return f"TLS: {error.verify_message or error.reason}"
+        if isinstance(error, ssl.SSLError):
+            return f"TLS: {error.reason or error}"
+        if isinstance(error, socket.gaierror):
+            return f"DNS: {error.strerror or error}"
+        if isinstance(error, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(error, BaseExceptionGroup):
+            pending.extend(error.exceptions)
+        pending.extend(cause for cause in (error.__cause__, error.__context__) if cause is not None)
+    specific = next((error.strerror for error in seen if isinstance(error, OSError) and error.strerror), None)
+    return specific or str(seen[-1]) or type(seen[-1]).__name__
 
 
 async def check_tools(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) -> str:
@@ -212,13 +261,21 @@ CHECKS: dict[str, Check] = {
 
 
 async def run_checks(settings: Settings, *, timeout_s: float = PROBE_TIMEOUT_S) -> int:
-    """Run every check, print one line each, exit non-zero when any failed."""
+    """Run every check at once (they ask different servers), print one line each in `CHECKS`' order as soon
+    as it and those before it are done, exit non-zero when any failed. So a silent endpoint costs the
+    bound once, however many there are."""
     print("✓ configuration is valid")
+    probes = {name: asyncio.ensure_future(check(settings, timeout_s)) for name, check in CHECKS.items()}
     failures = 0
-    for name, check in CHECKS.items():
-        try:
-            print(f"✓ {await check(settings, timeout_s)}")
-        except ThreadbotError as exc:
-            failures += 1
-            print(f"✗ {name}: {exc}", file=sys.stdout)
+    try:
+        for name, probe in probes.items():
+            try:
+                print(f"✓ {await probe}")
+            except ThreadbotError as exc:
+                failures += 1
+                print(f"✗ {name}: {exc}", file=sys.stdout)
+    finally:
+        for probe in probes.values():
+            probe.cancel()
+        await asyncio.gather(*probes.values(), return_exceptions=True)
     return 1 if failures else 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes.anthropic_api import Failure, FakeAnthropic, Outcome, system_text
+from fakes.anthropic_api import Failure, FakeAnthropic, Outcome, Reply, system_text
 from fakes.slack_api import FakeSlack
 from test_cli import bare_env, dotenv_for, write_dotenv
 from test_console import ROOT, run_bot
@@ -166,9 +167,7 @@ async def test_a_model_that_never_answers_costs_the_bound_and_names_the_variable
     with pytest.raises(ThreadbotError) as info:
         await check.check_model(good(), QUICK_S)
     assert time.monotonic() - started < GENEROUS_S
-    assert str(info.value) == (
-        f"model claude-sonnet-5-5 at ANTHROPIC_BASE_URL={fake.url}: no answer within {QUICK_S:g}s"
-    )
+    assert str(info.value) == f"no answer from the model API at {fake.url} (ANTHROPIC_BASE_URL) within {QUICK_S:g}s"
 
 
 async def test_a_refused_model_key_names_the_url_and_the_key(
@@ -177,10 +176,41 @@ async def test_a_refused_model_key_names_the_url_and_the_key(
     fake.default = Failure(401, "authentication_error", "invalid x-api-key")
     with pytest.raises(ThreadbotError) as info:
         await check.check_model(good())
-    assert str(info.value) == (
-        f"model claude-sonnet-5-5 at ANTHROPIC_BASE_URL={fake.url}: "
-        "the model API refused our credentials (check ANTHROPIC_API_KEY)"
-    )
+    assert str(info.value) == f"ANTHROPIC_API_KEY: the model API at {fake.url} refused it (HTTP 401: invalid x-api-key)"
+
+
+async def test_an_unreachable_model_names_the_variable_and_the_cause(
+    good: Callable[..., Settings], fake: FakeAnthropic
+) -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        refusing = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    with pytest.raises(ThreadbotError) as info:
+        await check.check_model(good(anthropic_base_url=refusing))
+    assert str(info.value) == f"cannot reach the model API at {refusing} (ANTHROPIC_BASE_URL): connection refused"
+    plain = fake.url.replace("http://", "https://")  # TLS spoken to a server that answers in plain HTTP
+    with pytest.raises(ThreadbotError) as info:
+        await check.check_model(good(anthropic_base_url=plain))
+    assert str(info.value).startswith(f"cannot reach the model API at {plain} (ANTHROPIC_BASE_URL): TLS: ")
+    assert fake.requests == []
+
+
+async def test_the_probes_run_at_once_and_print_in_order(
+    good: Callable[..., Settings], slack: FakeSlack, fake: FakeAnthropic, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Slack's answer waits for the model's request: one after the other, the Slack probe would time out."""
+    asked = slack.hold("auth.test")
+
+    def answer(body: dict[str, Any]) -> Outcome:
+        asked.set()
+        return Reply.text_only("ok")
+
+    fake.default = answer
+    code, lines = await outcome_lines(good(), capsys, timeout_s=GENEROUS_S)
+    assert code == 0, lines
+    starts = ["✓ configuration", "✓ BOT_DATA_DIR", "✓ Slack at", "✓ model", "✓ no operator tools", "✓ the shell"]
+    assert [line[: len(start)] for line, start in zip(lines, starts, strict=False)] == starts
+    assert [line[0] for line in lines if not line.startswith("  ")] == ["✓"] * 8
 
 
 async def test_the_model_key_placeholder_and_absence_are_named(

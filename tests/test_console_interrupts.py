@@ -50,3 +50,23 @@ async def test_ctrl_c_between_turns_cancels_calls_still_running_in_the_backgroun
     assert interrupts.press() is True
     await output.wait_status(sleep["id"], CallStatus.CANCELLED)
     assert said == ["(cancelling the tool calls still running in the background)"]
+
+
+async def test_ctrl_c_while_the_model_thinks_says_it_stops_nothing_yet(
+    fake: FakeAnthropic, core_factory: CoreFactory, output: RecordingOutput
+) -> None:
+    thinking = asyncio.Event()
+    fake.script(Reply.text_only("never finished", hold=thinking))
+    core = await core_factory()
+    said: list[str] = []
+    interrupts = Interrupts(KEY, engine=core.engine, registry=core.registry, say=said.append)
+    turn = asyncio.ensure_future(core.engine.run_turn(KEY, "think"))
+    await fake.wait_for_requests(1)
+    assert interrupts.press() is True
+    assert said == ["(no tool call is running — Ctrl-C again stops the whole turn)"]
+    assert core.engine.is_busy(KEY), "the first press stops nothing"
+    assert interrupts.press() is True
+    outcome = await asyncio.wait_for(turn, 10)
+    assert outcome is not None and outcome.cancelled_by == "you (Ctrl-C)"
+    assert len(said) == 1
+    thinking.set()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from functools import partial
 
 import pytest
@@ -10,7 +11,7 @@ from fakes.anthropic_api import FakeAnthropic, Reply, tool_use
 from prompt_toolkit.utils import get_cwidth
 
 from bot.agent.engine import Delivery
-from bot.calls.models import CallStatus, ToolCall
+from bot.calls.models import CallStatus, ProgressKind, ToolCall, utcnow
 from bot.console.fit import break_row, fit
 from bot.console.screen import TerminalOutput
 from bot.console.terminal import waits_for_slot
@@ -123,3 +124,14 @@ def test_a_call_failed_at_submit_is_printed_once() -> None:
     screen.output.call_changed(call)
     screen.output.calls_started("console:t", [call])
     assert screen.printed == ["❌ nope() — failed: unknown tool 'nope'"]
+
+
+def test_the_running_time_agrees_with_the_progress_the_tool_counted() -> None:
+    """4.6 s after the start, a sleep that reported its fourth second is "running 4s", never "running 5s"."""
+    screen = Screen(columns=200)
+    call = ToolCall("toolu_1", "console:t", "turn", "sleep_for", {"seconds": 12})
+    call.transition(CallStatus.RUNNING)
+    call.started_at = utcnow() - timedelta(seconds=4.6)
+    call.add_progress(ProgressKind.PARTIAL, {"slept_s": 4.0, "total_s": 12, "message": "slept 4s of 12s"})
+    screen.output.call_changed(call)
+    assert screen.output.live_rows() == ["⏳ sleep_for(seconds=12) running 4s · slept 4s of 12s"]

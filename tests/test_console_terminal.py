@@ -17,7 +17,7 @@ from fakes.terminal import FakeTerminal
 from test_console import START_S, bot_env
 
 from bot.console import typed
-from bot.console.terminal import BANNER
+from bot.console.terminal import BANNER, FINISHING
 
 PROMPT = "you:"
 pytestmark = pytest.mark.timeout(150)
@@ -158,3 +158,26 @@ async def test_the_prompt_returns_after_a_background_turn_and_a_reminder(
     requests = await fake.wait_for_requests(4)
     assert user_texts(requests[3])[-1] == typed("hello")
     assert fake.rejections == []
+
+
+async def test_after_ctrl_d_the_running_call_stays_on_screen_and_ctrl_c_still_cancels_it(
+    terminal: FakeTerminal, fake: FakeAnthropic, tmp_path: Path
+) -> None:
+    fake.script(Reply.tools(tool_use("sleep_for", {"seconds": 30}), text="Sleeping."), Reply.text_only("Stopped."))
+    await start_console(terminal, fake, tmp_path)
+    terminal.type("sleep for thirty seconds\r")
+    await terminal.wait_for(has_row("slept 1s of 30s"), "the sleep running")
+    terminal.type("\x04")  # Ctrl-D: leave once the turn is over
+    await terminal.wait_for(has_row(FINISHING), "the hint")
+    # The progress row is still drawn and still repainted while the turn finishes.
+    rows = await terminal.wait_for(
+        lambda rows: any(FINISHING in row for row in rows) and any("slept 3s of 30s" in row for row in rows),
+        "the sleep's progress under the hint",
+    )
+    assert len(rows_with(rows, "⏳ sleep_for")) == 1
+    assert PROMPT not in rows, "no prompt: nothing typed now would be sent"
+    terminal.type("\x03")
+    await terminal.wait_for(has_row("🚫 sleep_for(seconds=30) — cancelled by you (Ctrl-C)"), "the cancelled sleep")
+    assert await terminal.wait_exit() == 0
+    rows = terminal.rows()
+    assert rows_with(rows, "assistant: Stopped.") and not rows_with(rows, "⏳"), rows

@@ -17,6 +17,8 @@ from bot.slack.metrics import Metrics
 REFUSED = r"Slack at http://127\.0\.0\.1:\d+/api/ refused it"
 BOT_HINT = r"SLACK_BOT_TOKEN should be the bot token \(xoxb-…\): the Bot User OAuth Token, under OAuth & Permissions"
 APP_HINT = r"SLACK_APP_TOKEN should be the app-level token \(xapp-…\): an App-Level Token with the connections:write"
+QUICK_S = 0.5
+"""The start-up bound in tests of a Slack that never answers (the real one is 30 s)."""
 
 
 @pytest.fixture
@@ -81,6 +83,21 @@ async def test_check_reports_an_unreachable_slack_in_one_line(
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "✓ configuration is valid"
     assert len(out) == 2 and out[1].startswith("✗ slack: cannot reach Slack at http://127.0.0.1:"), out
+
+
+@pytest.mark.parametrize("method", ["auth.test", "apps.connections.open"])
+async def test_run_against_a_silent_slack_says_what_check_says(
+    slack: FakeSlack, make_settings: Callable[..., Settings], method: str
+) -> None:
+    slack.hold(method)  # accepted, never answered
+    settings = make_settings(slack_bot_token="xoxb-good", slack_app_token="xapp-good", slack_api_url=slack.api_url)
+    line = f"no answer from Slack at {slack.api_url} (SLACK_API_URL) within {QUICK_S:g}s"
+    with pytest.raises(ThreadbotError) as info:
+        await serve(settings, port=0, slack_timeout_s=QUICK_S)
+    assert str(info.value) == line
+    with pytest.raises(ThreadbotError) as info:
+        await check.check_slack(settings, QUICK_S)
+    assert str(info.value) == line
 
 
 def test_metrics_are_prometheus_text() -> None:

@@ -126,7 +126,9 @@ def _state(call: ToolCall, now: datetime | None, who: Show, text: Show) -> str:
         return f"pending ({text(detail)})" if detail else "pending (waiting for a free slot)"
     if status is CallStatus.RUNNING:
         started = call.started_at or call.created_at
-        running = f"running {max(0.0, ((now or utcnow()) - started).total_seconds()):.0f}s"
+        # Whole seconds gone, never rounded up: a tool counts its own progress from (just after) the same
+        # start, so "running 4s · slept 4s of 12s" agrees where rounding would show "running 5s" half the time.
+        running = f"running {int(max(0.0, ((now or utcnow()) - started).total_seconds()))}s"
         detail = latest_progress(call)
         return f"{running} · {text(detail)}" if detail else running
     if status is CallStatus.COMPLETED:

@@ -1,6 +1,7 @@
 """Ctrl-C in the console: the first press cancels the running calls, the next stops the whole turn.
 
-Calls still running in the background after their turn ended count as running: Ctrl-C
+A first press while the model works and no call runs stops nothing, and says so: the next one
+stops the turn. Calls still running in the background after their turn ended count as running: Ctrl-C
 cancels them rather than leaving. Shared by the piped chat (where Ctrl-C is SIGINT) and
 the terminal (where it is a key), so both count presses and word the hint the same way.
 """
@@ -34,11 +35,14 @@ class Interrupts:
         engine = self._engine
         if engine.is_busy(self._key):
             self._presses += 1
-            if self._presses == 1:
+            if self._presses > 1:
+                cancel = engine.cancel_turn(self._key, by=BY)
+            elif self._registry.open_calls(self._key):
                 self._say("(cancelling running tool calls — Ctrl-C again stops the whole turn)")
                 cancel = engine.cancel_calls(self._key, by=BY)
-            else:
-                cancel = engine.cancel_turn(self._key, by=BY)
+            else:  # the model is at work and no call runs: this press stops nothing, the next one the turn
+                self._say("(no tool call is running — Ctrl-C again stops the whole turn)")
+                return True
         elif self._registry.open_calls(self._key):
             self._say("(cancelling the tool calls still running in the background)")
             cancel = engine.cancel_calls(self._key, by=BY)

@@ -4,7 +4,8 @@ One `PromptSession` stays open for the whole chat, so the prompt is there after 
 turn, background result or reminder, and what the person is typing is redrawn, never
 erased, when output arrives. A line entered while a turn runs goes into that turn
 and is acknowledged. Ctrl-C while a turn runs cancels its calls (twice: the turn);
-with nothing running it leaves, as do Ctrl-D and an empty line. Logs go above the
+with nothing running it leaves, as do Ctrl-D and an empty line (a running turn is let
+finish first, its live rows still drawn and Ctrl-C still heard). Logs go above the
 prompt too, and only from WARNING up: a chat is not a daemon's log.
 """
 
@@ -13,15 +14,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import sys
 from collections.abc import Awaitable, Iterator
 from functools import partial
 
 from prompt_toolkit import PromptSession
-from prompt_toolkit.application import run_in_terminal
+from prompt_toolkit.application import Application, get_app_or_none, run_in_terminal
 from prompt_toolkit.formatted_text import StyleAndTextTuples
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
+from prompt_toolkit.layout import FormattedTextControl, Layout, Window
 from prompt_toolkit.output import Output
 from prompt_toolkit.patch_stdout import patch_stdout
 
@@ -37,6 +38,7 @@ from bot.text import clean_text
 
 BANNER = "threadbot console — Ctrl-D or an empty line to exit, Ctrl-C cancels tools"
 PROMPT = "you: "
+FINISHING = "(letting the running turn finish — Ctrl-C cancels its calls, twice the turn)"
 REFRESH_S = 0.5
 """How often the live rows are redrawn while nothing else happens, so the seconds shown tick."""
 
@@ -52,10 +54,10 @@ class TerminalChat:
             with patch_stdout(), _logs_above_prompt():
                 prompt: PromptSession[str] = PromptSession(erase_when_done=True, refresh_interval=REFRESH_S)
                 printer = AbovePrompt(prompt.output)
-                thinking = WatchedProvider(model, on_change=prompt.app.invalidate)
+                thinking = WatchedProvider(model, on_change=_repaint)
                 output = TerminalOutput(
                     print_line=printer,
-                    refresh=prompt.app.invalidate,
+                    refresh=_repaint,
                     columns=lambda: prompt.output.get_size().columns,
                     thinking_s=lambda: thinking.thinking_s,
                     files_dir=self._settings.bot_data_dir / "files",
@@ -92,8 +94,8 @@ class TerminalChat:
             if not output.approvals.answer(line, core.registry):
                 output.said(line, engine.submit(self._key, typed(line)))
         if engine.is_busy(self._key):
-            output.line("(letting the running turn finish — Ctrl-C cancels it)")
-            await _wait_turn_with_sigint(engine, self._key, interrupts)
+            output.line(FINISHING)
+            await _finish_turn(engine, self._key, interrupts, output)
 
 
 class AbovePrompt:
@@ -127,6 +129,12 @@ class AbovePrompt:
         self._output.flush()
 
 
+def _repaint() -> None:
+    """Repaint the live rows where they are drawn now: in the prompt, or after it in `_finish_turn`'s view."""
+    if (app := get_app_or_none()) is not None:
+        app.invalidate()
+
+
 def _interrupt_bindings(interrupts: Interrupts) -> KeyBindings:
     bindings = KeyBindings()
 
@@ -139,14 +147,30 @@ def _interrupt_bindings(interrupts: Interrupts) -> KeyBindings:
     return bindings
 
 
-async def _wait_turn_with_sigint(engine: Engine, key: str, interrupts: Interrupts) -> None:
-    """Without a prompt the terminal is in cooked mode again: Ctrl-C arrives as SIGINT."""
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGINT, interrupts.press)
-    try:
+async def _finish_turn(engine: Engine, key: str, interrupts: Interrupts, output: TerminalOutput) -> None:
+    """The prompt is gone, but the live rows stay, repainted, until the running turn ends: whoever left
+    still sees what it waits for. No input is taken; Ctrl-C interrupts as it does at the prompt."""
+
+    def rows() -> StyleAndTextTuples:
+        return [("class:status", "\n".join(output.live_rows()))]
+
+    app: Application[None] = Application(
+        layout=Layout(Window(FormattedTextControl(rows), dont_extend_height=True)),
+        key_bindings=_interrupt_bindings(interrupts),
+        erase_when_done=True,
+        refresh_interval=REFRESH_S,
+    )
+
+    async def until_the_turn_ends() -> None:
         await engine.wait_turn(key)
-    finally:
-        loop.remove_signal_handler(signal.SIGINT)
+        if not app.is_done:  # Ctrl-C may have left already, as it does when nothing runs
+            app.exit()
+
+    def start() -> None:
+        app.create_background_task(until_the_turn_ends())
+
+    with contextlib.suppress(EOFError):
+        await app.run_async(pre_run=start)
 
 
 def waits_for_slot(core: Core, call: ToolCall) -> bool:

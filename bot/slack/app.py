@@ -99,13 +99,33 @@ class Identity:
         return f'@{self.user_name or self.user_id} ({self.user_id}) in team "{team}" ({self.team_id})'
 
 
-async def identify(client: AsyncWebClient) -> Identity:
+async def meet_slack(client: AsyncWebClient, app_token: str | None, timeout_s: float = REQUEST_TIMEOUT_S) -> Identity:
+    """What `run` asks Slack before anything else, and `check` asks the same way: `auth.test`, then in
+    Socket Mode `apps.connections.open`, the two bounded together by `timeout_s`.
+
+    Each failure is one line naming the variable to change: a refused token, a Slack that cannot be
+    reached, or one that takes the connection and never answers (then the bound is named too)."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            me = await _identify(client)
+            if app_token is not None:
+                await _check_app_token(client, app_token)
+    except TimeoutError:
+        raise ThreadbotError(
+            f"no answer from Slack at {client.base_url} (SLACK_API_URL) within {timeout_s:g}s"
+        ) from None
+    return me
+
+
+async def _identify(client: AsyncWebClient) -> Identity:
     """`auth.test`, turned into one clear line when the token is wrong or Slack cannot be reached."""
     try:
         response = await client.auth_test()
     except SlackApiError as exc:
         raise ConfigError(tokens.refused(tokens.BOT, exc.response.get("error"), client.base_url)) from None
-    except (aiohttp.ClientError, OSError) as exc:  # OSError covers TimeoutError and refused connections
+    except TimeoutError:
+        raise  # the session's own bound: `meet_slack` words it as its own
+    except (aiohttp.ClientError, OSError) as exc:  # OSError covers refused connections
         raise _unreachable(client, exc) from exc
     return Identity(
         team_id=str(response["team_id"]),
@@ -116,12 +136,14 @@ async def identify(client: AsyncWebClient) -> Identity:
     )
 
 
-async def check_app_token(client: AsyncWebClient, app_token: str) -> None:
+async def _check_app_token(client: AsyncWebClient, app_token: str) -> None:
     """Ask for a Socket Mode URL once: the SDK's own connect retries a refused token forever, quietly."""
     try:
         await client.apps_connections_open(app_token=app_token)
     except SlackApiError as exc:
         raise ConfigError(tokens.refused(tokens.APP, exc.response.get("error"), client.base_url)) from None
+    except TimeoutError:
+        raise
     except (aiohttp.ClientError, OSError) as exc:
         raise _unreachable(client, exc) from exc
 

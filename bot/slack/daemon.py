@@ -28,7 +28,15 @@ from bot.errors import ConfigError, ThreadbotError
 from bot.policy import Policy
 from bot.schedule.heartbeat import HEARTBEAT_SESSION_PREFIX
 from bot.slack.admission import Admission
-from bot.slack.app import Identity, Ingress, build_app, build_client, check_app_token, identify, slack_http_session
+from bot.slack.app import (
+    REQUEST_TIMEOUT_S,
+    Identity,
+    Ingress,
+    build_app,
+    build_client,
+    meet_slack,
+    slack_http_session,
+)
 from bot.slack.approvals import ApprovalButtons
 from bot.slack.cancel import Canceller
 from bot.slack.edits import EditScheduler
@@ -54,8 +62,10 @@ EDITS_FLUSH_S = 10.0
 LISTENER_SHUTDOWN_S = 2.0  # per aiohttp listener (Events API, metrics): open requests get this long
 
 
-async def serve(settings: Settings, *, port: int) -> None:
-    """Run the daemon until SIGTERM/SIGINT: Socket Mode with `SLACK_APP_TOKEN`, else HTTP on `port`."""
+async def serve(settings: Settings, *, port: int, slack_timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+    """Run the daemon until SIGTERM/SIGINT: Socket Mode with `SLACK_APP_TOKEN`, else HTTP on `port`.
+
+    `slack_timeout_s` bounds the start-up questions to Slack (`meet_slack`), as `check` bounds its own."""
     app_token = settings.slack_app_token.get_secret_value() if settings.slack_app_token else None
     if settings.slack_bot_token is None:
         raise ConfigError("SLACK_BOT_TOKEN: required for run (the bot token, xoxb-…)")
@@ -65,9 +75,8 @@ async def serve(settings: Settings, *, port: int) -> None:
         raise ConfigError(problem)
     async with slack_http_session() as session:
         client = build_client(settings, session)
-        me = await identify(client)
-        if app_token is not None:  # before any restart work: a refused token must not resume turns, then exit
-            await check_app_token(client, app_token)
+        # Both tokens before any restart work: a refused one must not resume turns, then exit.
+        me = await meet_slack(client, app_token, slack_timeout_s)
         pacing_client = build_client(settings, session, retry_rate_limits=False)
         edits = EditScheduler(pacing_client)
         posts = PostQueue(pacing_client)
