@@ -102,6 +102,7 @@ class MessageRouter:
         self._locks = KeyedLocks()
         self.forget_dialog = ForgetDialog(
             client=client,
+            say=edge.say,
             forgetting=Forgetting(store, settings.work_root),
             engine=engine,
             admins=settings.bot_admin_users,
@@ -334,10 +335,7 @@ class MessageRouter:
         """Say no once per thread, in the thread; later messages there are dropped silently."""
         if not await self._store.claim_event(f"denied:{incoming.channel}:{incoming.thread_ts}"):
             return
-        try:
-            await self._client.chat_postMessage(channel=incoming.channel, thread_ts=incoming.thread_ts, text=DENIAL)
-        except SlackApiError as exc:
-            log.warning("could not post the allow-list reply: %s", exc.response.get("error"))
+        await self._edge.say(incoming.channel, incoming.thread_ts, DENIAL)
 
     async def react(self, channel: str, ts: str, name: str) -> None:
         """Add a reaction; one that is there already is fine, any other failure only logged."""

@@ -10,6 +10,7 @@ confirmation to say so.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -34,14 +35,25 @@ def confirmation_blocks(session_key: str) -> list[dict[str, Any]]:
     return [SectionBlock(text=ASK).to_dict(), ActionsBlock(elements=[button]).to_dict()]
 
 
+Say = Callable[[str, str, str, list[dict[str, Any]] | None], Awaitable[str | None]]
+"""Posts (channel, thread_ts, text, blocks) through the process's post queue (`SlackEdge.say`)."""
+
+
 class ForgetDialog:
     """The Slack side of forgetting: who may ask, the question and its button, the answer. Forgetting
     itself is the engine's (`Forgetting`), the same for a click here and for retention."""
 
     def __init__(
-        self, *, client: AsyncWebClient, forgetting: Forgetting, engine: Engine, admins: tuple[str, ...]
+        self,
+        *,
+        client: AsyncWebClient,
+        say: Say,
+        forgetting: Forgetting,
+        engine: Engine,
+        admins: tuple[str, ...],
     ) -> None:
         self._client = client
+        self._say = say
         self._forgetting = forgetting
         self._engine = engine
         self._admins = admins
@@ -54,10 +66,7 @@ class ForgetDialog:
         """Answer a `forget` reply: the confirmation button for who may, a refusal for anyone else."""
         allowed = await self.may_forget(session_key, user)
         text, blocks = (ASK, confirmation_blocks(session_key)) if allowed else (REFUSED, None)
-        try:
-            await self._client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=text, blocks=blocks)
-        except SlackApiError as exc:
-            log.warning("could not answer forget: %s", exc.response.get("error"))
+        await self._say(channel, thread_ts, text, blocks)
 
     async def on_button(self, body: dict[str, Any]) -> None:
         """The confirmation clicked: forget, if the clicker may; else tell them, and only them."""

@@ -317,6 +317,15 @@ class SlackEdge:
     def request_session(self, channel: str, ts: str) -> str | None:
         return self._sessions.request_session(channel, ts)
 
+    async def say(self, channel: str, thread_ts: str, text: str, blocks: list[Block] | None = None) -> str | None:
+        """A line in a thread that is no session's (a refusal, a question to confirm), paced like every post;
+        its ts, or None when it did not land (it is not owed: the person may simply ask again)."""
+        try:
+            return await self._posts.post(channel=channel, thread_ts=thread_ts, text=text, blocks=blocks)
+        except (PostFailed, PostRejected) as exc:
+            log.warning("could not post in %s: %s", channel, exc)
+            return None
+
     async def requesters(self, key: str, *, from_store: bool = False) -> set[str]:
         return await self._sessions.requesters(key, from_store=from_store)
 
