@@ -90,11 +90,14 @@ async def test_a_denial_reaches_the_model_and_the_line_says_who(own: World) -> N
     daemon.env = BUILT_IN
     await daemon.start()
     await daemon.connected()
-    rm = tool_use("run_command", {"command": "rm -rf ./everything"})
+    long_command = "rm -rf ./everything " + " ".join(f"./dir-{n:04d}" for n in range(400))  # over a status line
+    rm = tool_use("run_command", {"command": long_command})
     own.script.add("clean up", Reply.tools(rm), Reply.text_only("Not removed."))
     event = await mention(slack, "C1", "clean up")
     status = await wait_status(slack, "C1", event["ts"])
     await slack.wait_for(lambda: DENY_ACTION in buttons(status.blocks), WAIT_S, "the buttons")
+    [file] = await slack.wait_for(lambda: slack.files.uploaded("C1", event["ts"]), WAIT_S, "the arguments as a file")
+    assert (file.name, file.text) == (f"arguments-{rm['id']}.txt", long_command), "the command in full"
     click = slack.block_action("C1", status.ts, DENY_ACTION, rm["id"], user="U1")
     await slack.wait_ack(await slack.send_interactive(click))
     await wait_text(slack, "C1", event["ts"], "Not removed.")

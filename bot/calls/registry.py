@@ -416,8 +416,9 @@ class CallRegistry:
         return await self.cancel_many(list(self._open_by_session.get(session_key, ())), by=by)
 
     async def shutdown(self, grace_s: float) -> None:
-        """Give running calls `grace_s` to finish, then cancel what is left (arq-style)."""
-        tasks = list(self._tasks.values())
+        """Give running calls `grace_s` to finish, then cancel what is left (arq-style). A call waiting for an
+        approval is not waited for: it runs nothing, and it stays waiting for the next start."""
+        tasks = [task for call_id, task in self._tasks.items() if not self._calls[call_id].awaiting_approval]
         if tasks:
             await asyncio.wait(tasks, timeout=grace_s)
         await self.cancel_many(list(self._tasks), by="shutdown")

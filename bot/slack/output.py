@@ -87,8 +87,6 @@ class SlackEdge:
         self._edits = edits
         self._metrics = metrics or Metrics()
         self._store: Store | None = None
-        self._shared_args: set[str] = set()
-        """Calls whose arguments, too long for their status line, were shared as a file."""
         self._queues = SerialQueues()
         self._sessions = Sessions(client, team_id=team_id)
         self._status_available = True
@@ -139,14 +137,14 @@ class SlackEdge:
     def calls_started(self, session_key: str, calls: list[ToolCall]) -> None:
         message = self.board.start(session_key, calls)
         self._put(session_key, lambda: self._post_status(session_key, message))
+        for call in calls:  # arguments too long for the status line, shared once, when the call first asks
+            if call.awaiting_approval and (name := arguments_file(call)) is not None:
+                self.file_shared(session_key, SharedFile(name, arguments_text(call).encode(), "text/plain"))
 
     def call_changed(self, call: ToolCall) -> None:
         if not self.board.changed(call) and call.is_final and call.approvers:
             # Asked for before a restart (or on a gone replica): its message was posted by another process.
             self._put(call.session_key, functools.partial(self.repaint, [call]), holdable=False)
-        elif call.awaiting_approval and (name := arguments_file(call)) is not None and call.id not in self._shared_args:
-            self._shared_args.add(call.id)
-            self.file_shared(call.session_key, SharedFile(name, arguments_text(call).encode(), "text/plain"))
 
     def notice(self, session_key: str, text: str) -> None:
         """The engine's line may quote the model or a tool (an error message): its mentions are made inert."""
