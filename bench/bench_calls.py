@@ -268,7 +268,7 @@ async def injection_latency(
             core.engine.submit(key, "sleep")
             await edge.until(lambda u=use: edge.running(u["id"]))
             injected = time.perf_counter()
-            core.engine.inject(key, "change of plan")
+            core.engine.submit(key, "change of plan")  # a turn runs: this joins it
             await fake.wait_for_requests(before + 2, timeout=tool_s + 10)
             latencies.append((fake.request_times[before + 1] - injected) * 1000)
             await edge.until(lambda k=key: edge.finished.get(k) == 1, timeout_s=tool_s + 10)

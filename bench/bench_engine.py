@@ -65,7 +65,7 @@ async def wake_delay_engine(fake: FakeAnthropic, data_dir: Path) -> list[float]:
             before = len(fake.requests)
             core.engine.submit(key, "work, please")
             await edge.until(lambda u=use: u["id"] in edge.calls and edge.calls[u["id"]].status is CallStatus.RUNNING)
-            core.engine.inject(key, "and then tell me")
+            core.engine.submit(key, "and then tell me")  # a turn runs: this joins it
             await edge.until(lambda k=key: edge.finished.get(k) == 1)
             delays.append((fake.request_times[before + 1] - finished_at[use["id"]]) * 1000)
     await provider.close()

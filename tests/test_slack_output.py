@@ -13,7 +13,8 @@ import pytest
 from fakes.slack_api import FakeSlack, StoredMessage
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.calls.models import CallStatus, ProgressKind, ToolCall, utcnow
+from bot.calls.models import CallStatus, ProgressKind, ToolCall
+from bot.clock import utcnow
 from bot.slack.edits import EditScheduler
 from bot.slack.output import SlackEdge
 from bot.store import SqliteStore, Store

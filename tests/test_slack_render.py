@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from bot.calls.models import CallStatus, ProgressKind, ToolCall, utcnow
+from bot.calls.models import CallStatus, ProgressKind, ToolCall
 from bot.calls.summary import call_label, icon, state_text
+from bot.clock import utcnow
 from bot.slack.render import (
     CANCEL_ACTION,
     MAX_CALL_BLOCKS,

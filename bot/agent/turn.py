@@ -95,6 +95,12 @@ async def _requester_only(session_key: str, requester: str | None) -> Asker:
 
 
 class TurnRunner:
+    """Runs one turn from its first request to its last save, and nothing else.
+
+    The engine decides when a turn starts and what joins it; this decides what the turn says and
+    stores, so the loop (requests, tool batches, injections, yields, repairs) reads in one place and
+    the history it leaves is always one the API accepts."""
+
     def __init__(
         self,
         *,

@@ -26,7 +26,8 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.slack.edits import TRANSIENT_ERRORS, TokenBucket, retry_after_s
+from bot.concurrency import TokenBucket, backoff_s
+from bot.slack.edits import TRANSIENT_ERRORS, retry_after_s
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,8 @@ class PostRejected(Exception):
 
 @dataclass
 class PostStats:
+    """What the queue did, for `/metrics` (`threadbot_slack_posts_*`)."""
+
     sent: int = 0
     rate_limited: int = 0
     retried: int = 0
@@ -157,7 +160,8 @@ class PostQueue:
 
     @staticmethod
     def _backoff_s(attempts: int) -> float:
-        return float(min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2.0**attempts)) * (1.0 + random.random() / 4)
+        """The pause after `attempts` earlier tries failed: the first retry waits `BACKOFF_BASE_S`."""
+        return backoff_s(attempts + 1, first_s=BACKOFF_BASE_S, max_s=BACKOFF_MAX_S, jitter=random.random())
 
 
 def _error(exc: SlackApiError) -> str | None:

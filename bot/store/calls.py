@@ -8,7 +8,8 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from bot.calls.models import CallStatus, ToolCall, utcnow
+from bot.calls.models import CallStatus, ToolCall
+from bot.clock import utcnow
 from bot.store.db import Db
 from bot.store.schema import CALL_COLUMNS, call_from_row, call_to_row, ts
 

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from bot.calls.models import ToolCall, utcnow
+from bot.calls.models import ToolCall
+from bot.clock import utcnow
 from bot.store.calls import ORPHANED_ERROR
 from bot.store.db import PgDb
 from bot.store.inbox import VISIBLE
