@@ -29,8 +29,8 @@ from fakes.anthropic_api import FakeAnthropic, Reply, tool_use  # noqa: E402
 from support import Edge, classic_cancel_latencies, line, sdk_provider  # noqa: E402
 
 from bot.app import Core, open_core  # noqa: E402
-from bot.calls.models import CallStatus  # noqa: E402
 from bot.config import load_settings  # noqa: E402
+from bot.toolcall import CallStatus  # noqa: E402
 from bot.types import ModelReply, ModelRequest, Provider, TextSink  # noqa: E402
 from tools.base import ToolContext, tool  # noqa: E402
 

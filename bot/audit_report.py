@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bot.calls.models import CallStatus, ToolCall
 from bot.calls.summary import call_label, one_line
 from bot.clock import utcnow
 from bot.config import Settings
 from bot.store import open_store
+from bot.toolcall import CallStatus, ToolCall
 from bot.usage_report import parse_since
 
 HEADERS = ("at", "call", "tool", "requester", "decision", "decided by", "outcome")

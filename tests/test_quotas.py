@@ -22,7 +22,6 @@ from schedule_support import FakeClock, FakeWaker
 from test_caps import Gated
 
 from bot.agent.toolbox import Toolbox
-from bot.calls.models import CallStatus, ProgressKind, ToolCall
 from bot.calls.summary import state_text
 from bot.config import load_settings
 from bot.errors import ConfigError
@@ -42,6 +41,7 @@ from bot.store import (
     WakeLimit,
 )
 from bot.store.usage import UsageGrouping
+from bot.toolcall import CallStatus, ProgressKind, ToolCall
 from bot.types import Usage
 from bot.usage_report import near_limits, render_limits
 from tools.base import ToolContext, ToolError, ToolKind

@@ -10,9 +10,9 @@ from datetime import timedelta
 
 from store_backends import message_archive
 
-from bot.calls.models import CallStatus, ToolCall
 from bot.clock import utcnow
 from bot.store import OwedEdit, ProcessGroupRecord, Store
+from bot.toolcall import CallStatus, ToolCall
 
 KEY = "slack:T1:C1:1.0"
 

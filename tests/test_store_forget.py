@@ -11,11 +11,11 @@ from pathlib import Path
 from store_backends import message_archive
 
 from bot.agent.fence import said
-from bot.calls.models import ToolCall
 from bot.clock import utcnow
 from bot.schedule.retention import Retention
 from bot.store import NewReminder, ReminderKind, SqliteStore, Store
 from bot.store.forgetting import Forgetting
+from bot.toolcall import ToolCall
 from bot.types import Speaker, Usage
 from tools.sandbox import session_dir
 

@@ -19,7 +19,7 @@ from bot.agent.engine import Delivery
 from bot.agent.protocol import INJECTION_PREFIX
 from bot.agent.turn import CONTINUE_NOTE
 from bot.app import Core
-from bot.calls.models import CallStatus
+from bot.toolcall import CallStatus
 
 STOPS_S = 2.0
 """How soon cancelled work must be over in these tests: far inside the 30 s it would take, loose enough for a

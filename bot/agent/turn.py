@@ -29,12 +29,12 @@ from bot.agent.context import SizeEstimate, request_chars
 from bot.agent.injections import Injections
 from bot.agent.toolbox import Toolbox
 from bot.agent.waiting import WaitEnd, wait_for_batch
-from bot.calls.models import JSON, CallStatus, ToolCall
 from bot.calls.registry import CallRegistry
 from bot.config import YieldStrategy
 from bot.errors import ContextOverflow, ModelError
 from bot.policy import Asker, Policy
 from bot.store import Store
+from bot.toolcall import JSON, CallStatus, ToolCall
 from bot.types import Billing, EngineOutput, Message, ModelReply, ModelRequest, Provider, TurnOutcome
 from tools.base import FILE_SINK
 

@@ -19,7 +19,6 @@ from datetime import tzinfo
 from pathlib import Path
 
 from bot.calls import process_groups
-from bot.calls.models import JSON, CallStatus, Decision, ProgressKind, ToolCall
 from bot.calls.slots import Slots
 from bot.calls.writer import CallWriter
 from bot.clock import utcnow
@@ -27,6 +26,7 @@ from bot.policy import Ruling, Verdict
 from bot.quotas import QuotaExceeded
 from bot.store import ProcessGroupRecord, Store
 from bot.text import clean_json, clean_text
+from bot.toolcall import JSON, CallStatus, Decision, ProgressKind, ToolCall
 from bot.types import CallListener
 from tools.base import Tool, ToolContext, ToolError, ToolKind
 

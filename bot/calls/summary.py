@@ -12,8 +12,8 @@ import json
 from collections.abc import Callable
 from datetime import datetime
 
-from bot.calls.models import JSON, CallStatus, Decision, ProgressKind, ToolCall
 from bot.clock import utcnow
+from bot.toolcall import JSON, CallStatus, Decision, ProgressKind, ToolCall
 
 ARG_PREVIEW_CHARS = 40
 """One argument's value, shortened: the label names the call, it does not reproduce its input."""

@@ -38,10 +38,10 @@ from bot.concurrency import TaskSet
 
 if TYPE_CHECKING:
     from bot.agent.engine import Engine
-    from bot.calls.models import ToolCall
     from bot.schedule import Scheduler
     from bot.store import OwedMessage
     from bot.store.postgres import PostgresStore
+    from bot.toolcall import ToolCall
 
 log = logging.getLogger(__name__)
 
