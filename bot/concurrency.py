@@ -67,6 +67,8 @@ class TaskSet:
 
     def __init__(self) -> None:
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._handed_back: set[asyncio.Task[Any]] = set()
+        """Tasks whose failure `run` raises to its caller, who reports it: not logged here too."""
         self.accepting = True
 
     def spawn(self, coroutine: Coroutine[Any, Any, object], name: str) -> asyncio.Task[Any] | None:
@@ -82,19 +84,26 @@ class TaskSet:
         return task
 
     async def run(self, coroutine: Coroutine[Any, Any, object], name: str) -> None:
-        """`spawn` and wait for it to end, raising what it raised (its caller may act only on success).
-
-        A cancelled caller does not cancel it; once shutting down it raises `NotAccepting` unrun."""
+        """`spawn` and wait for it to end, raising what it raised (its caller may act only on success, and
+        reports the failure: it is not logged here). A cancelled caller does not cancel it, and a failure
+        after that is logged; once shutting down it raises `NotAccepting` unrun."""
         task = self.spawn(coroutine, name)
         if task is None:
             raise NotAccepting(name)
-        await asyncio.wait([task])
+        self._handed_back.add(task)
+        try:
+            await asyncio.wait([task])
+        except asyncio.CancelledError:
+            self._handed_back.discard(task)  # nobody is left to hear how it ends: a failure is logged
+            raise
         if not task.cancelled() and (exc := task.exception()) is not None:
             raise exc
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
+        if task in self._handed_back:
+            self._handed_back.discard(task)
+        elif not task.cancelled() and task.exception() is not None:
             log.error("%s failed", task.get_name(), exc_info=task.exception())
 
     def __len__(self) -> int:

@@ -103,7 +103,9 @@ async def test_a_closed_set_starts_nothing() -> None:
     assert not ran
 
 
-async def test_run_raises_what_the_task_raised_and_outlives_a_cancelled_caller() -> None:
+async def test_run_raises_what_the_task_raised_and_outlives_a_cancelled_caller(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     tasks = TaskSet()
 
     async def boom() -> None:
@@ -111,6 +113,7 @@ async def test_run_raises_what_the_task_raised_and_outlives_a_cancelled_caller()
 
     with pytest.raises(KeyError):
         await tasks.run(boom(), "boom")
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], "its caller reports it: logged once"
 
     finished = asyncio.Event()
     release = asyncio.Event()
@@ -126,4 +129,17 @@ async def test_run_raises_what_the_task_raised_and_outlives_a_cancelled_caller()
         await caller
     release.set()
     await asyncio.wait_for(finished.wait(), 5)
-    await tasks.close()
+
+    async def fails_later() -> None:
+        await release_again.wait()
+        raise KeyError("late")
+
+    release_again = asyncio.Event()
+    caller = asyncio.create_task(tasks.run(fails_later(), "fails later"))
+    await asyncio.sleep(0)
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    release_again.set()
+    await tasks.close(timeout_s=5)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == ["fails later failed"]
