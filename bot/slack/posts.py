@@ -129,22 +129,22 @@ class PostQueue:
                         pace.paused_until = max(pace.paused_until, self._clock() + pause_s)
                         pace.bucket.drain(self._clock())
                         log.info("chat.postMessage rate limited in %s; pausing its posts for %.0fs", channel, pause_s)
-                        backoff_s = 0.0
+                        delay_s = 0.0
                     elif status >= 500 or error in TRANSIENT_ERRORS:
-                        backoff_s = self._backoff_s(attempts)
+                        delay_s = self._backoff_s(attempts)
                         log.warning("chat.postMessage in %s failed (HTTP %d, %s); retrying", channel, status, error)
                     else:
                         self.stats.rejected += 1
                         raise PostRejected(error or f"HTTP {status}") from None
                 except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-                    backoff_s = self._backoff_s(attempts)
+                    delay_s = self._backoff_s(attempts)
                     log.warning("chat.postMessage in %s failed (%r); retrying", channel, exc)
                 attempts += 1
-                if self._clock() + backoff_s > deadline:
+                if self._clock() + delay_s > deadline:
                     self.stats.failed += 1
                     raise PostFailed(f"not delivered to {channel} after {attempts} attempts")
                 self.stats.retried += 1
-                pace.paused_until = max(pace.paused_until, self._clock() + backoff_s)
+                pace.paused_until = max(pace.paused_until, self._clock() + delay_s)
 
     def _channel(self, channel: str) -> _Channel:
         pace = self._channels.get(channel)
