@@ -37,11 +37,11 @@ from fakes.anthropic_api import FakeAnthropic, Reply, tool_use  # noqa: E402
 from support import Edge, classic_cancel_latencies, line, pct  # noqa: E402
 
 from bot.app import Core, open_core  # noqa: E402
-from bot.calls.models import CallStatus, ToolCall  # noqa: E402
 from bot.calls.registry import CallRegistry  # noqa: E402
 from bot.config import load_settings  # noqa: E402
 from bot.model.anthropic import AnthropicProvider  # noqa: E402
 from bot.store import SqliteStore  # noqa: E402
+from bot.toolcall import CallStatus, ToolCall  # noqa: E402
 from bot.types import ModelReply, ModelRequest, TextSink  # noqa: E402
 from tools.base import Tool, ToolContext, ToolKind, tool  # noqa: E402
 from tools.run_command import run_command  # noqa: E402
@@ -268,7 +268,7 @@ async def injection_latency(
             core.engine.submit(key, "sleep")
             await edge.until(lambda u=use: edge.running(u["id"]))
             injected = time.perf_counter()
-            core.engine.inject(key, "change of plan")
+            core.engine.submit(key, "change of plan")  # a turn runs: this joins it
             await fake.wait_for_requests(before + 2, timeout=tool_s + 10)
             latencies.append((fake.request_times[before + 1] - injected) * 1000)
             await edge.until(lambda k=key: edge.finished.get(k) == 1, timeout_s=tool_s + 10)

@@ -29,8 +29,8 @@ from fakes.anthropic_api import FakeAnthropic, Reply, tool_use  # noqa: E402
 from support import Edge, classic_cancel_latencies, line, sdk_provider  # noqa: E402
 
 from bot.app import Core, open_core  # noqa: E402
-from bot.calls.models import CallStatus  # noqa: E402
 from bot.config import load_settings  # noqa: E402
+from bot.toolcall import CallStatus  # noqa: E402
 from bot.types import ModelReply, ModelRequest, Provider, TextSink  # noqa: E402
 from tools.base import ToolContext, tool  # noqa: E402
 
@@ -65,7 +65,7 @@ async def wake_delay_engine(fake: FakeAnthropic, data_dir: Path) -> list[float]:
             before = len(fake.requests)
             core.engine.submit(key, "work, please")
             await edge.until(lambda u=use: u["id"] in edge.calls and edge.calls[u["id"]].status is CallStatus.RUNNING)
-            core.engine.inject(key, "and then tell me")
+            core.engine.submit(key, "and then tell me")  # a turn runs: this joins it
             await edge.until(lambda k=key: edge.finished.get(k) == 1)
             delays.append((fake.request_times[before + 1] - finished_at[use["id"]]) * 1000)
     await provider.close()

@@ -30,8 +30,8 @@ from mcp_support import Record, http_server, stdio_entry, write_config  # noqa: 
 from support import Edge, line  # noqa: E402
 
 from bot.app import Core, open_core  # noqa: E402
-from bot.calls.models import CallStatus  # noqa: E402
 from bot.config import load_settings  # noqa: E402
+from bot.toolcall import CallStatus  # noqa: E402
 from bot.types import ModelReply, ModelRequest, TextSink  # noqa: E402
 from tools.base import JSON, Tool, ToolContext, tool  # noqa: E402
 

@@ -24,7 +24,7 @@ from zoneinfo import ZoneInfo
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bot.agent.engine import Delivery
-from bot.calls.models import utcnow
+from bot.clock import utcnow
 from bot.schedule import FireReport, Scheduler
 from bot.store import NewReminder, ReminderKind, SqliteStore, Store
 from bot.types import ReminderOutcome, ReminderPost

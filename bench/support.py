@@ -15,9 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 import anthropic
 from fakes.anthropic_api import FakeAnthropic
 
-from bot.calls.models import CallStatus, ToolCall
 from bot.model.anthropic import AnthropicProvider
 from bot.model.caching import CacheTTL
+from bot.toolcall import CallStatus, ToolCall
 from bot.types import TurnOutcome
 
 

@@ -23,7 +23,6 @@ from bot.agent.engine import Engine
 from bot.agent.prompt import system_prompt
 from bot.agent.toolbox import Toolbox
 from bot.agent.turn import AskerLookup, TurnRunner, TurnSettings
-from bot.calls.models import ToolCall
 from bot.calls.registry import CallRegistry
 from bot.calls.system_tools import system_tools
 from bot.config import Settings
@@ -37,6 +36,7 @@ from bot.schedule import Scheduler, build_scheduler
 from bot.schedule.firing import Clock
 from bot.store import Store, open_store
 from bot.store.lock import exclusive_database
+from bot.toolcall import ToolCall
 from bot.types import EngineOutput, Provider, SessionFilter, TimezoneLookup
 from tools import builtin_tools
 from tools.base import Tool

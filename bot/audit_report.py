@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 
-from bot.calls.models import ToolCall, utcnow
 from bot.calls.summary import call_label, one_line
+from bot.clock import utcnow
 from bot.config import Settings
 from bot.store import open_store
+from bot.toolcall import ToolCall
 from bot.usage_report import parse_since
 
 HEADERS = ("at", "call", "tool", "requester", "decision", "decided by", "outcome")

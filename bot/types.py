@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from bot.calls.models import ToolCall
+    from bot.toolcall import ToolCall
     from tools.base import SharedFile
 
 JSON = Any

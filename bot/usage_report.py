@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from bot.calls.models import utcnow
+from bot.clock import utcnow
 from bot.config import Settings
 from bot.model.prices import Price
 from bot.quotas import Quotas, day_start, reset_text

@@ -23,9 +23,9 @@ from slack_sdk.web.async_client import AsyncWebClient
 from store_backends import any_store, pg_dsn, pg_jobs_dsn, store_backend, store_opener
 
 from bot.app import Core, open_core
-from bot.calls.models import CallStatus, ToolCall
 from bot.config import Settings, load_settings
 from bot.model.anthropic import AnthropicProvider
+from bot.toolcall import CallStatus, ToolCall
 from bot.types import EngineOutput, ReminderOutcome, ReminderPost, TurnOutcome
 from tools.base import SharedFile
 

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import secrets
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
@@ -136,3 +138,17 @@ async def store_opener(store_backend: str, tmp_path: Path) -> AsyncIterator[Stor
 async def any_store(store_opener: StoreOpener) -> Store:
     """An open store of each back end in turn, closed after the test."""
     return await store_opener()
+
+
+async def message_archive(store: Store, key: str) -> list[dict[str, Any]]:
+    """Every message the session ever had, compacted away or not, in the order written: what an audit
+    reads with SQL (the bot itself never reads the archive back)."""
+    sql_text = (
+        "SELECT body FROM ("
+        " SELECT body, created_at, 0 AS src, id AS ord FROM messages_archive WHERE session_key = ?"
+        " UNION ALL SELECT body, created_at, 1, seq FROM messages WHERE session_key = ?"
+        ") AS m ORDER BY created_at, src, ord"
+    )
+    async with store._read() as db:
+        rows = await db.fetch(sql_text, key, key)
+    return [json.loads(row[0]) for row in rows]

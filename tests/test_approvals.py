@@ -13,7 +13,7 @@ from fakes.anthropic_api import FakeAnthropic, Reply, tool_results, tool_use
 
 from bot.agent.engine import Delivery
 from bot.app import Core
-from bot.calls.models import CallStatus, Decision, ToolCall
+from bot.toolcall import CallStatus, Decision, ToolCall
 
 KEY = "console:approvals"
 WAIT_S = 10.0

@@ -15,7 +15,7 @@ from conftest import CoreFactory, RecordingOutput
 from proc_groups import UNFENCED_SHELL as run_command
 
 from bot.app import Core
-from bot.calls.models import CallStatus, ToolCall
+from bot.toolcall import CallStatus, ToolCall
 from tools.base import Tool, ToolContext, ToolKind, tool
 from tools.sleep_for import sleep_for
 

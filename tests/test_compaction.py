@@ -7,6 +7,7 @@ from typing import Any
 
 from conftest import CoreFactory
 from fakes.anthropic_api import FakeAnthropic, Outcome, Reply, text, tool_use, user_texts
+from store_backends import message_archive
 
 from bot.agent.context import (
     IMAGE_CHARS,
@@ -67,7 +68,7 @@ async def test_a_thread_driven_far_past_the_window_keeps_answering(core_factory:
         history = await core.store.load_messages(KEY)
         assert user_texts({"messages": history})[0].startswith(SUMMARY_PREFIX)
         # Everything ever said is still in the store, for audit.
-        archive = await core.store.message_archive(KEY)
+        archive = await message_archive(core.store, KEY)
         assert sum("turn 0: fetch" in t for t in user_texts({"messages": archive})) == 1
         assert len(archive) > 800
         # Between compactions the prefix is stable: most input is read from the cache.

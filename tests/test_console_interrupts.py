@@ -7,8 +7,8 @@ import asyncio
 from conftest import CoreFactory, RecordingOutput
 from fakes.anthropic_api import FakeAnthropic, Reply, tool_use
 
-from bot.calls.models import CallStatus
 from bot.console.interrupts import Interrupts
+from bot.toolcall import CallStatus
 
 KEY = "console:t"
 

@@ -11,10 +11,11 @@ from fakes.anthropic_api import FakeAnthropic, Reply, tool_use
 from prompt_toolkit.utils import get_cwidth
 
 from bot.agent.engine import Delivery
-from bot.calls.models import CallStatus, ProgressKind, ToolCall, utcnow
+from bot.clock import utcnow
 from bot.console.fit import break_row, fit
 from bot.console.screen import TerminalOutput
 from bot.console.terminal import waits_for_slot
+from bot.toolcall import CallStatus, ProgressKind, ToolCall
 from bot.types import TurnOutcome
 
 

@@ -13,9 +13,9 @@ from fakes.anthropic_api import FakeAnthropic, Reply, tool_results, tool_use
 from bot.agent import protocol
 from bot.agent.protocol import INJECTION_PREFIX
 from bot.app import Core
-from bot.calls.models import CallStatus
 from bot.console.oneshot import CollectingOutput, _report
 from bot.console.output import ConsoleOutput
+from bot.toolcall import CallStatus
 from tools.base import SharedFile, ToolContext, ToolError
 from tools.share_file import share_file
 

@@ -25,10 +25,10 @@ from proc_groups import assert_group_gone
 
 from bot.agent.fence import untrusted
 from bot.app import Core
-from bot.calls.models import CallStatus
 from bot.calls.summary import state_text
 from bot.mcp import connection as mcp_connection
 from bot.mcp.source import McpTools
+from bot.toolcall import CallStatus
 
 KEY = "test:mcp"
 WAIT_S = 15.0
@@ -97,7 +97,7 @@ async def test_progress_reaches_the_call_and_its_status_line(
 
 
 def test_status_line_shows_mcp_progress_as_a_fraction_and_message() -> None:
-    from bot.calls.models import ProgressKind, ToolCall
+    from bot.toolcall import ProgressKind, ToolCall
 
     call = ToolCall("toolu_1", KEY, "t", "mcp__ci__run_pipeline", {})
     call.transition(CallStatus.RUNNING)

@@ -8,8 +8,8 @@ import mcp_types as types
 import pytest
 
 from bot.agent.protocol import late_result_blocks, tool_result_block
-from bot.calls.models import CallStatus, ToolCall
 from bot.mcp.results import convert_result
+from bot.toolcall import CallStatus, ToolCall
 from tools.base import ToolError, result_blocks
 
 PNG = base64.b64encode(b"\x89PNG fake").decode()

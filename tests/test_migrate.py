@@ -14,13 +14,13 @@ from fakes.anthropic_api import FakeAnthropic, Reply, tool_use
 from test_cli import bare_env
 from test_console import run_bot
 
-from bot.calls.models import CallStatus
 from bot.check import check_database
 from bot.config import Settings
 from bot.errors import ConfigError, StoreError, ThreadbotError
 from bot.store import open_store, schema
 from bot.store.pg_schema import MIGRATIONS
 from bot.store.postgres import PostgresStore
+from bot.toolcall import CallStatus
 
 
 async def test_migrate_without_a_database_url_migrates_the_sqlite_file(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from test_console import bot_env, run_bot
 
 from bot.agent.turn import INCOMPLETE_CALL
 from bot.app import Core
-from bot.calls.models import CallStatus
+from bot.toolcall import CallStatus
 from tools.base import Tool, ToolContext
 
 KEY = "test:stream"

@@ -16,8 +16,8 @@ import pytest
 from conftest import CoreFactory
 
 from bot.calls import process_groups
-from bot.calls.models import CallStatus, ToolCall
 from bot.store import ProcessGroupRecord, SqliteStore
+from bot.toolcall import CallStatus, ToolCall
 
 KEY = "test:procs"
 DEAD_OWNER = "999999999:gone"

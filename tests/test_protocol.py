@@ -16,7 +16,7 @@ from bot.agent import protocol
 from bot.agent.fence import untrusted
 from bot.agent.injections import Injections
 from bot.agent.toolbox import Toolbox
-from bot.calls.models import CallStatus, ToolCall
+from bot.toolcall import CallStatus, ToolCall
 from bot.types import Message
 from tools import builtin_tools
 from tools.base import Tool, ToolContext, tool

@@ -18,8 +18,8 @@ from proc_groups import ECHO_PGID, assert_group_gone
 from proc_groups import UNFENCED_SHELL as run_command
 
 from bot.app import Core
-from bot.calls.models import PROGRESS_LOG_LIMIT, PROGRESS_PAYLOAD_MAX_CHARS, CallStatus, ProgressKind, ToolCall
 from bot.calls.registry import CancelResult
+from bot.toolcall import PROGRESS_LOG_LIMIT, PROGRESS_PAYLOAD_MAX_CHARS, CallStatus, ProgressKind, ToolCall
 from tools.base import Tool, ToolContext, tool
 from tools.sleep_for import sleep_for
 

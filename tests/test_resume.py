@@ -14,8 +14,9 @@ from conftest import CoreFactory, RecordingOutput
 from fakes.anthropic_api import FakeAnthropic, Reply, text, tool_results, tool_use, user_texts
 
 from bot.agent.engine import GIVE_UP_NOTICE, MAX_RESUMES, RESTART_NOTICE
-from bot.calls.models import CallStatus, ToolCall, utcnow
+from bot.clock import utcnow
 from bot.store import SqliteStore, Store
+from bot.toolcall import CallStatus, ToolCall
 
 KEY = "slack:T1:C1:1.0"
 

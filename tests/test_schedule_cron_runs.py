@@ -148,7 +148,7 @@ def test_a_repeated_time_runs_once_at_its_first_occurrence(change: Change) -> No
     next_day = next_run(schedule, change.zone, first)
     assert next_run(schedule, change.zone, first - MINUTE) == first
     assert next_day is not None and local(next_day, change.zone) == middle + timedelta(days=1)
-    # Issue 8 point 5: a running schedule moved on from `max(started, due)` after a late run inside the
+    # A running schedule moved on from `max(started, due)` after a late run inside the
     # stretch must not run that time again at its second occurrence, still ahead on the clock.
     for started in (first + MINUTE, change.at, change.at + gap / 4, second, second + MINUTE):
         assert next_run(schedule, change.zone, started) == next_day

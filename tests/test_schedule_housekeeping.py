@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from bot.app import Core
-from bot.calls.models import utcnow
+from bot.clock import utcnow
 from bot.schedule.setup import PRUNE_JOB_ID, SEEN_EVENTS_KEEP
 
 

@@ -11,7 +11,7 @@ import pytest
 from conftest import WAIT_S, RecordingOutput
 from schedule_support import FakeWaker
 
-from bot.calls.models import utcnow
+from bot.clock import utcnow
 from bot.schedule import Scheduler
 from bot.schedule.posting import ReminderPoster
 from bot.store import NewReminder, ReminderKind, ReminderStatus, Store

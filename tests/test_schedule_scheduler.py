@@ -18,7 +18,7 @@ import pytest
 from conftest import RecordingOutput
 from schedule_support import FakeClock, FakeWaker, Fires, texts
 
-from bot.calls.models import utcnow
+from bot.clock import utcnow
 from bot.schedule import Scheduler
 from bot.store import ReminderKind, ReminderStatus, SqliteStore, Store
 from bot.types import ReminderOutcome, ReminderPost
@@ -295,7 +295,7 @@ async def test_a_cron_whose_delivery_fails_keeps_its_next_run(make: Factory) -> 
 @pytest.mark.parametrize(
     ("expr", "zone", "due", "back", "next_due"),
     [
-        # Issue 8 point 5: due 02:30 CEST (00:30Z), back at 02:10 CET (01:10Z), when 02:30 is on the clock again.
+        # Due 02:30 CEST (00:30Z), back at 02:10 CET (01:10Z), when 02:30 is on the clock again.
         (
             "30 2 * * *",
             "Europe/Berlin",

@@ -228,6 +228,6 @@ async def test_a_failing_zone_lookup_falls_back_to_the_bot_zone(tmp_path: Path) 
 
 
 async def test_a_cron_that_first_fires_years_ahead_is_accepted(kit: Kit) -> None:
-    # 1 March on a Sunday: not before 2037, beyond what a nine-year look-ahead saw (issue 8 point 6).
+    # 1 March on a Sunday: not before 2037, beyond a nine-year look-ahead.
     view = await kit.call("schedule_reminder", {"text": "rare", "cron": "0 9 1 3 */7"})
     assert view["due_utc"] == "2037-03-01T14:00:00Z"  # 09:00 EST in New York

@@ -18,7 +18,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.config import Settings
 from bot.slack.app import REQUEST_TIMEOUT_S, build_client, slack_http_session
-from bot.slack.edits import EditScheduler, TokenBucket
+from bot.slack.edits import EditScheduler
 
 MakeScheduler = Callable[..., Awaitable[EditScheduler]]
 
@@ -288,18 +288,6 @@ async def test_close_gives_up_after_its_timeout(
         await edits_.close(timeout_s=0.3)
     assert time.monotonic() - started < 2
     assert "1 final message edits undelivered" in caplog.text and edits(slack, ts) == []
-
-
-def test_token_bucket_with_a_manual_clock() -> None:
-    bucket = TokenBucket(rate=2.0, capacity=3, now=100.0)
-    for _ in range(3):
-        assert bucket.wait_s(100.0) == 0
-        bucket.take(100.0)
-    assert bucket.wait_s(100.0) == pytest.approx(0.5)
-    assert bucket.wait_s(100.25) == pytest.approx(0.25)
-    assert bucket.wait_s(110.0) == 0 and bucket.tokens == 3  # refills to capacity, no more
-    bucket.drain(110.0)
-    assert bucket.wait_s(110.0) == pytest.approx(0.5)
 
 
 async def test_a_stalled_edit_holds_up_only_its_own_message(

@@ -11,7 +11,6 @@ import pytest
 from fakes.slack_api import FakeSlack, StoredMessage
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.calls.models import CallStatus, ToolCall
 from bot.slack import outbox as outbox_module
 from bot.slack.edits import EditScheduler
 from bot.slack.journal import FinalJournal
@@ -19,6 +18,7 @@ from bot.slack.outbox import marker
 from bot.slack.output import SlackEdge
 from bot.slack.posts import PostQueue
 from bot.store import OwedEdit, SqliteStore, Store
+from bot.toolcall import CallStatus, ToolCall
 from bot.types import TurnOutcome
 
 KEY = "slack:T1:C1:100.000000"

@@ -13,10 +13,11 @@ import pytest
 from fakes.slack_api import FakeSlack, StoredMessage
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.calls.models import CallStatus, ProgressKind, ToolCall, utcnow
+from bot.clock import utcnow
 from bot.slack.edits import EditScheduler
 from bot.slack.output import SlackEdge
 from bot.store import SqliteStore, Store
+from bot.toolcall import CallStatus, ProgressKind, ToolCall
 from bot.types import ReminderOutcome, ReminderPost, TurnOutcome
 
 KEY = "slack:T1:C1:100.000000"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from bot.calls.models import CallStatus, ProgressKind, ToolCall, utcnow
 from bot.calls.summary import call_label, icon, state_text
+from bot.clock import utcnow
 from bot.slack.render import (
     CANCEL_ACTION,
     MAX_CALL_BLOCKS,
@@ -16,6 +16,7 @@ from bot.slack.render import (
     status_message,
     who,
 )
+from bot.toolcall import CallStatus, ProgressKind, ToolCall
 
 
 def make_call(status: CallStatus = CallStatus.RUNNING, **fields: object) -> ToolCall:
@@ -117,8 +118,8 @@ def test_small_helpers() -> None:
 def test_a_call_waiting_for_approval_shows_its_exact_arguments_and_the_buttons() -> None:
     from slack_sdk.models.blocks import Block
 
-    from bot.calls.models import Decision
     from bot.slack.render import APPROVE_ACTION, ARGUMENTS_MAX_CHARS, DENY_ACTION, arguments_file
+    from bot.toolcall import Decision
 
     command = "grep -r '<b>' . && echo ```done``` @here"
     call = ToolCall("toolu_A", "k", "t", "run_command", {"command": command})

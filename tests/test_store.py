@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from store_backends import StoreOpener
 
-from bot.calls.models import CallStatus, ProgressKind, ToolCall
 from bot.errors import StoreError
 from bot.store import SessionRecord, SqliteStore, Store, schema
+from bot.toolcall import CallStatus, ProgressKind, ToolCall
 
 KEY = "slack:T1:C1:1700000000.000100"
 

@@ -10,10 +10,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from bot.calls.models import CallStatus, ToolCall
 from bot.cluster.jobs import ThreadJobs
 from bot.store import NewReminder, OwedEdit, ReminderKind, ReminderStatus
 from bot.store.postgres import PostgresStore
+from bot.toolcall import CallStatus, ToolCall
 
 KEY = "slack:T1:C1:1.0"
 

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from bot.calls.models import CallStatus, ToolCall, utcnow
+from store_backends import message_archive
+
+from bot.clock import utcnow
 from bot.store import OwedEdit, ProcessGroupRecord, Store
+from bot.toolcall import CallStatus, ToolCall
 
 KEY = "slack:T1:C1:1.0"
 
@@ -74,7 +77,7 @@ async def test_a_rewritten_history_archives_what_it_dropped_once(any_store: Stor
     assert await store.load_messages(KEY) == [summary, old[3]]
     await store.append_messages(KEY, [{"role": "assistant", "content": "after"}])
     # In the order written: m3 kept its row (and its time), so it is not archived a second time.
-    assert await store.message_archive(KEY) == [*old, summary, {"role": "assistant", "content": "after"}]
+    assert await message_archive(store, KEY) == [*old, summary, {"role": "assistant", "content": "after"}]
 
 
 async def test_the_inbox_from_claim_to_answer(any_store: Store) -> None:

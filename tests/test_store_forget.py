@@ -8,11 +8,14 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from store_backends import message_archive
+
 from bot.agent.fence import said
-from bot.calls.models import ToolCall, utcnow
+from bot.clock import utcnow
 from bot.schedule.retention import Retention
 from bot.store import NewReminder, ReminderKind, SqliteStore, Store
 from bot.store.forgetting import Forgetting
+from bot.toolcall import ToolCall
 from bot.types import Speaker, Usage
 from tools.sandbox import session_dir
 
@@ -39,10 +42,10 @@ async def test_forget_deletes_every_row_holding_the_text_and_keeps_usage(any_sto
     )
     assert await store.forget_session("slack:T1:C1:1.0") is True
     assert await store.get_session("slack:T1:C1:1.0") is None
-    assert await store.message_archive("slack:T1:C1:1.0") == []
+    assert await message_archive(store, "slack:T1:C1:1.0") == []
     assert await store.pending_reminders("slack:T1:C1:1.0") == []
     assert [m.session_key for m in await store.owed_messages()] == ["slack:T1:C1:2.0"]
-    assert await store.message_archive("slack:T1:C1:2.0"), "the other session is untouched"
+    assert await message_archive(store, "slack:T1:C1:2.0"), "the other session is untouched"
     async with store._read() as db:
         usage = await db.fetch("SELECT session_key, input_tokens FROM model_usage ORDER BY session_key")
         calls = await db.fetch("SELECT session_key FROM tool_calls")
@@ -123,7 +126,7 @@ async def test_redact_message_replaces_a_deleted_message_everywhere_it_was_store
     key = "slack:T1:C1:1.0"
     await said_everywhere(store, key, "1.5", TAGGED)
     assert await store.redact_message(key, "1.5") == 3  # the message, its archived original, the inbox row
-    archive = str(await store.message_archive(key))
+    archive = str(await message_archive(store, key))
     assert "KESTREL" not in archive and "unrelated" in archive, "only that message goes"
     content = (await store.load_messages(key))[0]["content"]
     assert content == '<message from="U1" name="Ada" ts="1.5">[a message deleted in Slack]</message>'

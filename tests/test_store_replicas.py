@@ -14,11 +14,11 @@ import psycopg
 import pytest
 from store_backends import StoreOpener
 
-from bot.calls.models import CallStatus, ToolCall
 from bot.errors import FencedError, StoreError
 from bot.store import NewReminder, ReminderKind, ReminderStatus, SqliteStore, Store
 from bot.store.pg_schema import MIGRATIONS
 from bot.store.postgres import PostgresStore
+from bot.toolcall import CallStatus, ToolCall
 
 KEY = "slack:T1:C1:1.0"
 DUE = datetime(2026, 5, 1, 7, tzinfo=UTC)

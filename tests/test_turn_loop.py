@@ -15,10 +15,11 @@ import pytest
 from conftest import CoreFactory, RecordingOutput
 from fakes.anthropic_api import Failure, FakeAnthropic, Reply, system_text, text, tool_results, tool_use, user_texts
 
+from bot.agent.engine import Delivery
 from bot.agent.protocol import INJECTION_PREFIX
 from bot.agent.turn import CONTINUE_NOTE
 from bot.app import Core
-from bot.calls.models import CallStatus
+from bot.toolcall import CallStatus
 
 STOPS_S = 2.0
 """How soon cancelled work must be over in these tests: far inside the 30 s it would take, loose enough for a
@@ -112,7 +113,7 @@ async def test_injection_reaches_the_next_request_after_the_tool_result(
     fake.script(Reply.tools(sleep), Reply.text_only("Noted."))
     assert core.engine.submit(KEY, "sleep a bit").value == "started"
     await output.wait_status(sleep["id"], CallStatus.RUNNING)
-    assert core.engine.inject(KEY, "also, make it quick") is True
+    assert core.engine.submit(KEY, "also, make it quick") is Delivery.INJECTED
     (outcome,) = await output.wait_turns(KEY, 1)
     assert outcome.text == "Noted."
     content = last_user(fake.requests[1])
@@ -130,7 +131,7 @@ async def test_injection_yields_at_once_with_a_placeholder(
     fake.script(Reply.tools(sleep), Reply.text_only("Will do, once it finishes."), Reply.text_only("All done."))
     core.engine.submit(KEY, "sleep, then report")
     await output.wait_status(sleep["id"], CallStatus.RUNNING)
-    core.engine.inject(KEY, "actually, tell me when it is done")
+    assert core.engine.submit(KEY, "actually, tell me when it is done") is Delivery.INJECTED
     await fake.wait_for_requests(2)
     content = last_user(fake.requests[1])
     assert content[0]["type"] == "tool_result" and content[0]["tool_use_id"] == sleep["id"]
@@ -384,7 +385,7 @@ async def test_injections_fuse_caps_notes_per_turn(
     core.engine.submit(KEY, "sleep")
     await output.wait_status(sleep["id"], CallStatus.RUNNING)
     for i in range(5):
-        core.engine.inject(KEY, f"note {i}")
+        assert core.engine.submit(KEY, f"note {i}") is Delivery.INJECTED
     outcomes = await output.wait_turns(KEY, 3)
     assert [o.text for o in outcomes] == ["first", "second", "third"]
     per_request = [[t for t in user_texts(r) if t.startswith(INJECTION_PREFIX)] for r in fake.requests]
@@ -396,7 +397,7 @@ async def test_injections_fuse_caps_notes_per_turn(
 
 async def test_adjacent_user_content_is_merged(core: Core, fake: FakeAnthropic, output: RecordingOutput) -> None:
     core.engine.submit(KEY, "hello")
-    core.engine.inject(KEY, "and one more thing")  # queued before the first request goes out
+    assert core.engine.submit(KEY, "and one more thing") is Delivery.INJECTED  # before the first request goes out
     await output.wait_turns(KEY, 1)
     assert fake.requests[0]["messages"] == [
         {"role": "user", "content": [text("hello"), text(f"{INJECTION_PREFIX} and one more thing")]}

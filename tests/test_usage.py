@@ -10,7 +10,7 @@ from conftest import MODEL, CoreFactory
 from fakes.anthropic_api import FakeAnthropic, Reply, tool_use
 from test_console import bot_env, run_bot
 
-from bot.calls.models import utcnow
+from bot.clock import utcnow
 from bot.model.metering import UsageMeter
 from bot.model.prices import Price
 from bot.slack.metrics import Metrics

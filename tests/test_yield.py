@@ -10,7 +10,7 @@ from conftest import CoreFactory, RecordingOutput
 from fakes.anthropic_api import FakeAnthropic, Reply, tool_results, tool_use, user_texts
 
 from bot.app import Core
-from bot.calls.models import CallStatus
+from bot.toolcall import CallStatus
 
 KEY = "test:yield"
 NOTE = "[background tool result]"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-from bot.calls.models import utcnow
+from bot.clock import utcnow
 from bot.quotas import day_start, reset_text
 from bot.store import Store
 

@@ -22,9 +22,10 @@ from bot.agent import protocol
 from bot.agent.injections import Injections
 from bot.agent.toolbox import Toolbox
 from bot.agent.turn import SHUTDOWN, TurnRequest, TurnRunner
-from bot.calls.models import JSON, ToolCall
 from bot.calls.registry import CallRegistry, CancelResult
+from bot.concurrency import TaskSet
 from bot.store import InboxItem, Store
+from bot.toolcall import JSON, ToolCall
 from bot.types import EngineOutput, SessionFilter, TurnOutcome
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,12 @@ class _Session:
 
 
 class Engine:
+    """The one place that decides what a text for a session becomes: a new turn, a note for the running
+    turn, or work offered to the cluster.
+
+    Edges and the scheduler never start turns themselves, so however many paths reach a session (a
+    message, a wake-up, a background call that finished) it never runs two turns at once."""
+
     def __init__(
         self,
         *,
@@ -85,7 +92,7 @@ class Engine:
         self._max_injections = max_injections_per_turn
         self._sessions: dict[str, _Session] = {}
         self._accepting = True
-        self._checks: set[asyncio.Task[None]] = set()
+        self._checks = TaskSet()
         registry.subscribe(self._on_call_changed)
 
     # -- what edges and the scheduler call ------------------------------------------------
@@ -180,13 +187,6 @@ class Engine:
         assert task is not None
         return await task
 
-    def inject(self, session_key: str, text: str) -> bool:
-        """Queue a mid-turn note; False when no turn is running to take it."""
-        if not self.is_busy(session_key):
-            return False
-        self._session(session_key).injections.put(text)
-        return True
-
     async def cancel_turn(self, session_key: str, *, by: str) -> list[CancelResult]:
         """Stop the running turn and every call of the session."""
         session = self._sessions.get(session_key)
@@ -228,8 +228,7 @@ class Engine:
 
         Returns the sessions whose turns were cut short (their input stays owed, for whoever goes on)."""
         self._accepting = False
-        for check in list(self._checks):
-            check.cancel()
+        await self._checks.close()
         tasks = [s.task for s in self._sessions.values() if s.task is not None and not s.task.done()]
         if not tasks:
             return []
@@ -346,9 +345,7 @@ class Engine:
             self._check_soon(call.session_key)
 
     def _check_soon(self, session_key: str) -> None:
-        check = asyncio.create_task(self._deliver_if_idle(session_key))
-        self._checks.add(check)
-        check.add_done_callback(self._checks.discard)
+        self._checks.spawn(self._deliver_if_idle(session_key), f"delivery check:{session_key}")
 
     async def _deliver_if_idle(self, session_key: str) -> None:
         """A result that outlived its turn, or a note left after the fuse, starts a turn of its own."""

@@ -12,7 +12,7 @@ import uuid
 
 from bot.agent.fence import tool_output
 from bot.agent.injections import Content
-from bot.calls.models import JSON, CallStatus, ToolCall
+from bot.toolcall import JSON, CallStatus, ToolCall
 from bot.types import Message
 from tools.base import blocks_as_text, result_blocks
 

@@ -13,7 +13,7 @@ from typing import Protocol
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
-from bot.calls.models import JSON
+from bot.toolcall import JSON
 from tools.base import Tool
 
 

@@ -29,12 +29,12 @@ from bot.agent.context import SizeEstimate, request_chars
 from bot.agent.injections import Injections
 from bot.agent.toolbox import Toolbox
 from bot.agent.waiting import WaitEnd, wait_for_batch
-from bot.calls.models import JSON, CallStatus, ToolCall
 from bot.calls.registry import CallRegistry
 from bot.config import YieldStrategy
 from bot.errors import ContextOverflow, ModelError
 from bot.policy import Asker, Policy
 from bot.store import Store
+from bot.toolcall import JSON, CallStatus, ToolCall
 from bot.types import Billing, EngineOutput, Message, ModelReply, ModelRequest, Provider, TurnOutcome
 from tools.base import FILE_SINK
 
@@ -95,6 +95,12 @@ async def _requester_only(session_key: str, requester: str | None) -> Asker:
 
 
 class TurnRunner:
+    """Runs one turn from its first request to its last save, and nothing else.
+
+    The engine decides when a turn starts and what joins it; this decides what the turn says and
+    stores, so the loop (requests, tool batches, injections, yields, repairs) reads in one place and
+    the history it leaves is always one the API accepts."""
+
     def __init__(
         self,
         *,

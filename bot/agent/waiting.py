@@ -10,9 +10,9 @@ import asyncio
 from enum import StrEnum
 
 from bot.agent.injections import Injections
-from bot.calls.models import ToolCall
 from bot.calls.registry import CallRegistry
 from bot.config import YieldMode, YieldStrategy
+from bot.toolcall import ToolCall
 
 
 class WaitEnd(StrEnum):

@@ -1,1 +1,3 @@
-"""Tool calls as entities: their model, the process-wide registry, and the system tools over it."""
+"""Tool calls at work: the process-wide registry, its slots and writer, and the system tools over it.
+
+The call entity itself is `bot.toolcall`, below the store, which saves it without importing this package."""

@@ -19,13 +19,14 @@ from datetime import tzinfo
 from pathlib import Path
 
 from bot.calls import process_groups
-from bot.calls.models import JSON, CallStatus, Decision, ProgressKind, ToolCall, utcnow
 from bot.calls.slots import Slots
 from bot.calls.writer import CallWriter
+from bot.clock import utcnow
 from bot.policy import Ruling, Verdict
 from bot.quotas import QuotaExceeded
 from bot.store import ProcessGroupRecord, Store
 from bot.text import clean_json, clean_text
+from bot.toolcall import JSON, CallStatus, Decision, ProgressKind, ToolCall
 from bot.types import CallListener
 from tools.base import Tool, ToolContext, ToolError, ToolKind
 
@@ -51,6 +52,12 @@ class CancelResult:
 
 
 class CallRegistry:
+    """Every tool call of the process passes through here, so there is one place that caps how many run,
+    one cancel table a person's stop can reach, and one stream of changes the edges and the store follow.
+
+    Calls outlive the turn that started them (a background call reports when the session is idle),
+    so they belong to the process, not to a turn."""
+
     def __init__(
         self,
         *,

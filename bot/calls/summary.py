@@ -1,7 +1,7 @@
 """How a call is shown to people, in plain text: its icon, its label, its state. One wording for every edge.
 
-The console and Slack used to word calls each their own way and drifted apart; now
-both build on these functions. They stay edge-neutral: plain text, with two hooks an
+The console and Slack both build on these functions, so a call reads the same in each.
+They stay edge-neutral: plain text, with two hooks an
 edge passes to fit its medium, `who` (how a user id reads: a Slack mention) and `text`
 (how free text from tools and errors is made safe: mrkdwn escaping).
 """
@@ -12,7 +12,8 @@ import json
 from collections.abc import Callable
 from datetime import datetime
 
-from bot.calls.models import JSON, CallStatus, Decision, ProgressKind, ToolCall, utcnow
+from bot.clock import utcnow
+from bot.toolcall import JSON, CallStatus, Decision, ProgressKind, ToolCall
 
 ARG_PREVIEW_CHARS = 40
 """One argument's value, shortened: the label names the call, it does not reproduce its input."""

@@ -12,8 +12,8 @@ from typing import Any
 
 from bot.agent.fence import OWN_TOOLS, tool_output
 from bot.agent.protocol import render_result
-from bot.calls.models import JSON, ToolCall
 from bot.calls.registry import CallRegistry
+from bot.toolcall import JSON, ToolCall
 from tools.base import Tool, ToolContext, ToolError, tool
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from bot.calls.models import ToolCall
 from bot.store import Store
+from bot.toolcall import ToolCall
 
 log = logging.getLogger(__name__)
 

@@ -22,6 +22,7 @@ import psycopg
 from psycopg import sql
 
 from bot.cluster.link import Link, connect
+from bot.concurrency import TaskSet, backoff_s
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ class Doorbell:
         self,
         *,
         dsn: str,
-        handler: Callable[[Ring], Awaitable[None]],
+        handler: Callable[[Ring], Coroutine[Any, Any, None]],
         backstop: Callable[[], Awaitable[None]],
         backstop_s: float = 5.0,
         channel: str = CHANNEL,
@@ -78,23 +79,17 @@ class Doorbell:
         self._channel = channel
         self._backoff_s = backoff_s
         self._sender = Link(dsn, application_name=f"threadbot doorbell sender {channel}")
-        self._tasks: list[asyncio.Task[None]] = []
-        self._handling: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet()
 
     async def start(self) -> None:
         """LISTEN now (raising if the database is unreachable at start), then keep listening."""
         conn = await self._listen()
-        self._tasks = [
-            asyncio.create_task(self._listen_forever(conn), name="doorbell listener"),
-            asyncio.create_task(self._poll_forever(), name="doorbell backstop"),
-        ]
+        self._tasks.spawn(self._listen_forever(conn), "doorbell listener")
+        self._tasks.spawn(self._poll_forever(), "doorbell backstop")
 
     async def stop(self) -> None:
         """Stop listening and polling; handlers already running are cancelled too."""
-        tasks, self._tasks = [*self._tasks, *self._handling], []
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.close()
         await self._sender.close()
 
     async def ring(self, kind: str, key: str, conn: psycopg.AsyncConnection[Any] | None = None, **extra: Any) -> None:
@@ -123,7 +118,7 @@ class Doorbell:
             finally:
                 await conn.close()
             conn = await self._reconnect()
-            self._spawn(self._run_backstop())
+            self._tasks.spawn(self._run_backstop(), "doorbell backstop after a reconnect")
 
     async def _consume(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Dispatch rings until the connection fails; silence is checked with a query now and then."""
@@ -132,19 +127,21 @@ class Doorbell:
                 ring = decode(notify.payload)
                 if ring is None:
                     log.warning("doorbell ignored a payload that is not a ring: %.200s", notify.payload)
-                else:
-                    self._spawn(self._dispatch(ring))
+                else:  # beside the listener, so a slow handler never delays the next ring
+                    self._tasks.spawn(self._handler(ring), f"doorbell handler for {ring.kind} {ring.key}")
             await conn.execute("SELECT 1")
 
     async def _reconnect(self) -> psycopg.AsyncConnection[Any]:
-        delay_s, max_s = self._backoff_s
+        first_s, max_s = self._backoff_s
+        attempt = 0
         while True:
             try:
                 return await self._listen()
             except psycopg.Error as exc:
+                attempt += 1
+                delay_s = backoff_s(attempt, first_s=first_s, max_s=max_s)
                 log.warning("doorbell cannot reconnect (%s); next try in %.1f s", exc, delay_s)
-            await asyncio.sleep(delay_s)
-            delay_s = min(delay_s * 2, max_s)
+                await asyncio.sleep(delay_s)
 
     async def _poll_forever(self) -> None:
         while True:
@@ -156,15 +153,3 @@ class Doorbell:
             await self._backstop()
         except Exception:
             log.exception("doorbell backstop failed")
-
-    async def _dispatch(self, ring: Ring) -> None:
-        try:
-            await self._handler(ring)
-        except Exception:
-            log.exception("doorbell handler failed for %s %s", ring.kind, ring.key)
-
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        """Run a handler beside the listener, so a slow one never delays the next ring."""
-        task = asyncio.create_task(coro)
-        self._handling.add(task)
-        task.add_done_callback(self._handling.discard)

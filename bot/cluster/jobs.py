@@ -8,7 +8,7 @@ whatever input caused this offer, because inputs are durable rows read by the tu
 
 Stalled jobs (their replica died, or stopped without finishing them) are not retried with
 procrastinate's `retry_job`: that moves the stalled job back to `todo`, which violates the
-queueing lock when a twin already waits (issue 12, point 9). Recovery finishes the stalled job
+queueing lock when a twin already waits. Recovery finishes the stalled job
 as failed, releasing the thread's lock, and defers a fresh job, which a waiting twin absorbs.
 
 A job queued behind a thread's lock starts as soon as the lock frees: the jobs schema carries

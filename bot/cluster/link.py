@@ -14,7 +14,7 @@ import psycopg
 
 KEEPALIVES: dict[str, int] = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
 """libpq keepalive settings: a silent peer is declared dead after about 10 + 3 x 5 = 25 s, so a
-half-open connection cannot hang a worker or a listener (issue 12, point 9)."""
+half-open connection cannot hang a worker or a listener."""
 
 
 def connection_kwargs(connect_timeout_s: int = 5) -> dict[str, Any]:

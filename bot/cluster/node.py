@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,13 +34,14 @@ from bot.cluster.doorbell import Doorbell, Ring
 from bot.cluster.jobs import ThreadJobs
 from bot.cluster.replicas import Replicas
 from bot.cluster.ticks import Ticks
+from bot.concurrency import TaskSet
 
 if TYPE_CHECKING:
     from bot.agent.engine import Engine
-    from bot.calls.models import ToolCall
     from bot.schedule import Scheduler
     from bot.store import OwedMessage
     from bot.store.postgres import PostgresStore
+    from bot.toolcall import ToolCall
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ class ClusterNode:
         self._reaper: asyncio.Task[None] | None = None
         self._injected: Callable[[Ring, list[int]], Awaitable[None]] | None = None
         self._take_over: Callable[[list[OwedMessage]], None] | None = None
-        self._sending: set[asyncio.Future[None]] = set()
+        self._sending = TaskSet()
         self._worker_recorded = False
         self._replay_after = 0
 
@@ -118,7 +119,7 @@ class ClusterNode:
     ) -> None:
         self._store, self._engine, self._scheduler = store, engine, scheduler
         self._take_up_asked = take_up_asked
-        scheduler.on_change(lambda reminder_id: self._spawn(self.ring("reminder", str(reminder_id))))
+        scheduler.on_change(lambda reminder_id: self._spawn(self.ring("reminder", str(reminder_id)), "ring"))
 
     def attach_edge(
         self,
@@ -160,6 +161,7 @@ class ClusterNode:
         if self._reaper is not None:
             self._reaper.cancel()
             await asyncio.gather(self._reaper, return_exceptions=True)
+        await self._sending.close()  # a ring only shortens a wait: one cut short costs latency, not work
         await self.doorbell.stop()
         await self.ticks.close()
         if not self.lost.is_set():
@@ -172,7 +174,7 @@ class ClusterNode:
 
     def offer_soon(self, session_key: str) -> None:
         """`offer` in the background (the engine's TurnHost): the input is in the store already."""
-        self._spawn(self.offer(session_key))
+        self._spawn(self.offer(session_key), "offer")
 
     async def offer(self, session_key: str) -> None:
         """The thread has input: its job is committed (or already queued) when this returns."""
@@ -295,12 +297,14 @@ class ClusterNode:
             raise RuntimeError("the cluster node is not attached to a store yet")
         return self._store
 
-    def _spawn(self, work: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(work)
-        self._sending.add(task)
-        task.add_done_callback(self._sent)
+    def _spawn(self, work: Coroutine[Any, Any, None], what: str) -> None:
+        if self._sending.spawn(_or_backstop(work), f"cluster {what}") is None:
+            work.close()  # closing: the backstop of whoever goes on finds it
 
-    def _sent(self, task: asyncio.Future[None]) -> None:
-        self._sending.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("could not reach the cluster (the backstop tries again): %s", task.exception())
+
+async def _or_backstop(work: Coroutine[Any, Any, None]) -> None:
+    """A ring or an offer that fails is no error: the backstop polls for what it would have said."""
+    try:
+        await work
+    except Exception as exc:
+        log.warning("could not reach the cluster (the backstop tries again): %s", exc)

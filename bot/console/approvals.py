@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bot.calls.models import ToolCall
 from bot.calls.registry import CallRegistry
 from bot.calls.summary import arguments_text, call_label
+from bot.toolcall import ToolCall
 
 YES = frozenset({"y", "yes"})
 NO = frozenset({"n", "no"})

@@ -19,11 +19,11 @@ from typing import Any
 
 from bot.agent import protocol
 from bot.app import open_core
-from bot.calls.models import ToolCall
 from bot.config import Settings
 from bot.console.saved_files import save_shared
 from bot.errors import ThreadbotError
 from bot.text import clean_text
+from bot.toolcall import ToolCall
 from bot.types import ReminderOutcome, ReminderPost, TurnOutcome
 from tools.base import SharedFile
 

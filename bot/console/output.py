@@ -8,10 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TextIO
 
-from bot.calls.models import CallStatus, ToolCall
 from bot.calls.summary import call_label, icon, state_text
 from bot.console.approvals import ConsoleApprovals
 from bot.console.saved_files import shared_line
+from bot.toolcall import CallStatus, ToolCall
 from bot.types import ReminderOutcome, ReminderPost, TurnOutcome
 from tools.base import SharedFile
 

@@ -14,11 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bot.agent.engine import Delivery
-from bot.calls.models import CallStatus, ToolCall
 from bot.calls.summary import call_label, icon, state_text
 from bot.console.approvals import ConsoleApprovals
 from bot.console.fit import break_row, fit
 from bot.console.saved_files import shared_line
+from bot.toolcall import CallStatus, ToolCall
 from bot.types import ReminderOutcome, ReminderPost, TurnOutcome
 from tools.base import SharedFile
 

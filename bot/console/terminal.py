@@ -28,13 +28,13 @@ from prompt_toolkit.patch_stdout import patch_stdout
 
 from bot.agent.engine import Engine
 from bot.app import Core, anthropic_provider, open_core
-from bot.calls.models import CallStatus, ToolCall
 from bot.config import Settings
 from bot.console import console_key, owns_console_session, typed
 from bot.console.interrupts import Interrupts
 from bot.console.screen import TerminalOutput
 from bot.console.thinking import WatchedProvider
 from bot.text import clean_text
+from bot.toolcall import CallStatus, ToolCall
 
 BANNER = "threadbot console — Ctrl-D or an empty line to exit, Ctrl-C cancels tools"
 PROMPT = "you: "

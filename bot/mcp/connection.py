@@ -28,6 +28,7 @@ from mcp.client.subscriptions import SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from bot.concurrency import backoff_s
 from bot.mcp.config import McpServerConfig
 from bot.mcp.config import Transport as Kind
 from bot.mcp.results import convert_result
@@ -62,6 +63,12 @@ def describe_failure(config: McpServerConfig, exc: BaseException) -> str:
 
 
 class McpConnection:
+    """One MCP server as the toolbox sees it: its tools are always there, answering or saying why not.
+
+    A server may start slowly, crash or drop its connection at any time; keeping that here (restart,
+    backoff, the last known tools) lets a turn call an MCP tool like any other and get an error
+    result, never a hang or a missing tool."""
+
     def __init__(self, config: McpServerConfig, *, on_tools_changed: Callable[[], None]) -> None:
         self.config = config
         self.tools: list[types.Tool] = []
@@ -125,7 +132,7 @@ class McpConnection:
         stderr = StderrLog(self.name) if self.config.transport is Kind.STDIO else None
         if stderr is not None:
             await stderr.start()
-        backoff = FIRST_BACKOFF_S
+        failures = 0
         try:
             while True:
                 began = loop.time()
@@ -138,11 +145,10 @@ class McpConnection:
                 self.ready.clear()
                 self.reason = reason
                 self.down.set()
-                if loop.time() - began >= STABLE_AFTER_S:
-                    backoff = FIRST_BACKOFF_S
-                log.warning("MCP server %r unavailable: %s; restarting in %.1fs", self.name, reason, backoff)
-                await asyncio.sleep(backoff)  # the restart backoff itself, not a wait for a condition
-                backoff = min(backoff * 2, MAX_BACKOFF_S)
+                failures = 1 if loop.time() - began >= STABLE_AFTER_S else failures + 1
+                delay_s = backoff_s(failures, first_s=FIRST_BACKOFF_S, max_s=MAX_BACKOFF_S)
+                log.warning("MCP server %r unavailable: %s; restarting in %.1fs", self.name, reason, delay_s)
+                await asyncio.sleep(delay_s)  # the restart backoff itself, not a wait for a condition
         finally:
             self._client = None
             self.ready.clear()

@@ -25,7 +25,7 @@ from typing import Protocol
 from zoneinfo import ZoneInfo
 
 from bot.agent.engine import Delivery
-from bot.calls.models import utcnow
+from bot.clock import utcnow
 from bot.quotas import day_start, self_wakes_reason
 from bot.schedule.cron import CronSchedule
 from bot.schedule.cron_runs import latest_run, next_run
@@ -119,7 +119,7 @@ class Firer:
             return Claim(FireReport(reminder_id, started))
         if reminder.due_at > started:
             # A timer set for a run that another replica's timer fired first: the row has moved on to
-            # its next run, which is not due yet (early used to count as on time, and posted it now).
+            # its next run, which is not due yet: early is not on time, so nothing is posted now.
             return Claim(FireReport(reminder_id, started, next_due_at=reminder.due_at))
         if reminder.cron is not None:
             return await self._claim_cron(reminder, started)

@@ -17,7 +17,7 @@ import logging
 from dataclasses import replace
 from typing import Protocol
 
-from bot.calls.models import utcnow
+from bot.clock import utcnow
 from bot.store import PostState, Store
 from bot.types import ReminderOutcome, ReminderPost
 

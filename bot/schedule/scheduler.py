@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo
@@ -38,7 +38,8 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from bot.calls.models import utcnow
+from bot.clock import utcnow
+from bot.concurrency import TaskSet
 from bot.schedule.firing import Clock, Firer, FireReport, Waker
 from bot.schedule.posting import ReminderPoster
 from bot.store import NewReminder, Reminder, ReminderKind, ReminderStatus, Store
@@ -53,7 +54,7 @@ REMINDER_RETRY_S = 3600.0
 FireListener = Callable[[FireReport], None]
 ChangeListener = Callable[[int], None]
 """Told the id of a row this process added or cancelled (a cluster rings the other replicas)."""
-Tick = Callable[[], Awaitable[object]]
+Tick = Callable[[], Coroutine[Any, Any, object]]
 
 
 class Periodic(Protocol):
@@ -104,8 +105,8 @@ class Scheduler:
         self._aps.add_listener(self._on_skipped, EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES)
         self._listeners: list[FireListener] = []
         self._changes: list[ChangeListener] = []
-        self._deliveries: set[asyncio.Task[None]] = set()
-        self._ticks: set[asyncio.Task[None]] = set()
+        self._deliveries = TaskSet()
+        self._ticks = TaskSet()
         self._stopped = False
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -127,11 +128,8 @@ class Scheduler:
         if not self._aps.running:
             return
         self._aps.pause()
-        for tick in self._ticks:
-            tick.cancel()
-        running = self._deliveries | self._ticks
-        if running:
-            await asyncio.wait(running, timeout=grace_s)
+        await self._ticks.close()
+        await self._deliveries.close(grace_s)
         await self._poster.stop()
         self._aps.shutdown(wait=False)
         await asyncio.sleep(0)  # AsyncIOScheduler.shutdown runs on the loop's next turn
@@ -278,26 +276,16 @@ class Scheduler:
 
     async def _run_reminder(self, reminder_id: int) -> None:
         job_id = f"reminder:{reminder_id}"
-        task = asyncio.ensure_future(_logged(job_id, self.fire(reminder_id)))
-        self._deliveries.add(task)
-        task.add_done_callback(self._deliveries.discard)
-        await asyncio.shield(task)
+        task = self._deliveries.spawn(self.fire(reminder_id), f"scheduled job {job_id}")
+        if task is not None:
+            await asyncio.wait({task})  # a cancelled job (at shutdown) leaves the delivery to `stop`
 
     async def _run_tick(self, job_id: str, tick: Tick) -> None:
-        task = asyncio.ensure_future(_logged(job_id, tick()))
-        self._ticks.add(task)
-        task.add_done_callback(self._ticks.discard)
+        task = self._ticks.spawn(tick(), f"scheduled job {job_id}")
         # wait() rather than await: a tick that stop() cancels ends quietly, and APScheduler, which
         # runs this, would log that cancellation as the job's failure.
-        await asyncio.wait({task})
+        if task is not None:
+            await asyncio.wait({task})
 
     def _on_skipped(self, event: JobEvent) -> None:
         log.warning("job %s skipped a run: the previous one was still running, or it was missed", event.job_id)
-
-
-async def _logged(job_id: str, work: Awaitable[object]) -> None:
-    """Run a job body; an exception is logged with the job id and stops nothing else."""
-    try:
-        await work
-    except Exception:
-        log.exception("scheduled job %s failed", job_id)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from bot.agent.toolbox import Toolbox
-from bot.calls.models import utcnow
+from bot.clock import utcnow
 from bot.config import Settings
 from bot.schedule.firing import Clock, Waker
 from bot.schedule.heartbeat import HEARTBEAT_SESSION_PREFIX, Heartbeat

@@ -27,6 +27,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.concurrency import TaskSet
 from bot.config import Settings
 from bot.errors import ConfigError, ThreadbotError
 from bot.slack import tokens
@@ -35,7 +36,6 @@ from bot.slack.cancel import Canceller
 from bot.slack.events import MessageRouter
 from bot.slack.forget import FORGET_ACTION
 from bot.slack.metrics import Metrics
-from bot.slack.queues import TaskSet
 from bot.slack.render import APPROVE_ACTION, CANCEL_ACTION, DENY_ACTION
 
 log = logging.getLogger(__name__)

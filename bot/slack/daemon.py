@@ -157,7 +157,7 @@ async def _run(
         else:
             ingress = await _join_cluster(node, settings, client, core, edge, edits, me, metrics)
         stack.push_async_callback(ingress.close, INGRESS_GRACE_S)
-        _gauges(metrics, core, edge, edits, ingress)
+        _gauges(metrics, core, edge, edits, posts, ingress)
         app = build_app(settings, client, ingress, me)
         handler, socket = None, None
         if app_token is not None:
@@ -304,7 +304,9 @@ async def _until_set(*events: asyncio.Event | None) -> None:
             wait.cancel()
 
 
-def _gauges(metrics: Metrics, core: Core, edge: SlackEdge, edits: EditScheduler, ingress: Ingress) -> None:
+def _gauges(
+    metrics: Metrics, core: Core, edge: SlackEdge, edits: EditScheduler, posts: PostQueue, ingress: Ingress
+) -> None:
     metrics.gauge("tool_calls_running", "tool calls running now", lambda: core.registry.running_count)
     metrics.gauge("handlers_in_flight", "Slack events being handled", lambda: len(ingress.tasks))
     metrics.gauge("sessions_posting", "sessions with Slack posts queued", lambda: edge.busy_sessions)
@@ -314,6 +316,11 @@ def _gauges(metrics: Metrics, core: Core, edge: SlackEdge, edits: EditScheduler,
     metrics.gauge("slack_edits_rate_limited", "chat.update 429s", lambda: edits.stats.rate_limited)
     metrics.gauge("slack_edits_gone", "edits dropped: message gone", lambda: edits.stats.gone)
     metrics.gauge("slack_edits_timed_out", "chat.update calls unanswered in time", lambda: edits.stats.timed_out)
+    metrics.gauge("slack_posts_sent", "chat.postMessage calls that landed", lambda: posts.stats.sent)
+    metrics.gauge("slack_posts_rate_limited", "chat.postMessage 429s", lambda: posts.stats.rate_limited)
+    metrics.gauge("slack_posts_retried", "chat.postMessage calls tried again", lambda: posts.stats.retried)
+    metrics.gauge("slack_posts_handed_back", "posts handed to the outbox", lambda: posts.stats.failed)
+    metrics.gauge("slack_posts_rejected", "posts Slack refused for good", lambda: posts.stats.rejected)
     metrics.gauge("slack_posts_owed", "posts kept in the outbox until Slack has them", lambda: edge.outbox_owed)
     _token_counters(metrics, core)
 

@@ -31,6 +31,7 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.concurrency import TokenBucket, backoff_s
 from bot.slack.journal import FinalJournal
 from bot.slack.render import EmptyMessage, sendable
 from bot.store import OwedMessage
@@ -79,34 +80,6 @@ class _Edit:
     final_at: float  # when its final state was first asked for: among finals, the oldest goes first
     not_before: float  # backoff after a failure
     attempts: int = 0
-
-
-class TokenBucket:
-    """``capacity`` calls at once, refilled at ``rate`` per second. Pure (time is passed in) so it tests alone."""
-
-    def __init__(self, rate: float, capacity: int, now: float) -> None:
-        self.rate = rate
-        self.capacity = float(capacity)
-        self.tokens = float(capacity)
-        self.updated = now
-
-    def wait_s(self, now: float) -> float:
-        """Seconds until a token is available (0: now)."""
-        self._refill(now)
-        return 0.0 if self.tokens >= 1.0 - 1e-9 else (1.0 - self.tokens) / self.rate
-
-    def take(self, now: float) -> None:
-        self._refill(now)
-        self.tokens -= 1.0
-
-    def drain(self, now: float) -> None:
-        """Slack said we are over its limit: whatever we believed we had saved, we have not."""
-        self._refill(now)
-        self.tokens = min(self.tokens, 0.0)
-
-    def _refill(self, now: float) -> None:
-        self.tokens = min(self.capacity, self.tokens + max(0.0, now - self.updated) * self.rate)
-        self.updated = max(self.updated, now)
 
 
 class EditScheduler:
@@ -372,8 +345,8 @@ class EditScheduler:
         self.stats.retried += 1
         edit.attempts += 1
         if backoff:
-            delay_s = min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** (edit.attempts - 1))
-            edit.not_before = self._clock() + delay_s * (1.0 + random.random() / 4)  # jitter: no lockstep retries
+            delay_s = backoff_s(edit.attempts, first_s=BACKOFF_BASE_S, max_s=BACKOFF_MAX_S, jitter=random.random())
+            edit.not_before = self._clock() + delay_s
         key = (edit.channel, edit.ts)
         newer = self._pending.get(key)
         if newer is None:

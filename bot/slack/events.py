@@ -33,7 +33,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.agent.engine import Delivery, Engine
 from bot.agent.fence import said
 from bot.agent.protocol import text_block
-from bot.calls.models import utcnow
+from bot.clock import utcnow
+from bot.concurrency import TaskSet
 from bot.config import Settings
 from bot.slack.admission import Admission
 from bot.slack.files import TOO_SLOW, FileLimits, FileReader, unread
@@ -42,7 +43,7 @@ from bot.slack.forget import ForgetDialog
 from bot.slack.history import thread_context, with_context
 from bot.slack.metrics import Metrics
 from bot.slack.output import SlackEdge
-from bot.slack.queues import KeyedLocks, TaskSet
+from bot.slack.queues import KeyedLocks
 from bot.store import Store
 from bot.store.forgetting import Forgetting
 
@@ -73,6 +74,12 @@ DENIAL = "Sorry, I'm not set up to answer here. Please ask the people who run me
 
 
 class MessageRouter:
+    """Turns a Slack message into exactly one thing for the engine: a claim in the inbox, then a turn,
+    a note for the running turn, a cancel, or nothing.
+
+    Slack redelivers events and sends a mention twice (`message` and `app_mention`); this is the one
+    place that knows that, so the engine only ever sees each message once, in the thread's order."""
+
     def __init__(
         self,
         *,
@@ -208,7 +215,7 @@ class MessageRouter:
         self._remember(item.session_key, incoming, address, new=session_key is None)
         if not reading:
             self._queued(key, incoming)
-        elif not self._reading.spawn(self._read_files(item.id, key, incoming, text), f"slack-files:{incoming.ts}"):
+        elif self._reading.spawn(self._read_files(item.id, key, incoming, text), f"slack-files:{incoming.ts}") is None:
             log.warning("shutting down: %s/%s goes on without its files", incoming.channel, incoming.ts)
             await self._revise(item.id, key, incoming, text, _content(text, unread(incoming.files)))
 

@@ -28,7 +28,6 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.calls.models import ToolCall
 from bot.calls.summary import arguments_text
 from bot.slack.askers import PolicyAskers
 from bot.slack.edits import EditScheduler
@@ -54,6 +53,7 @@ from bot.slack.sessions import Sessions
 from bot.slack.status import StatusBoard, StatusMessage
 from bot.slack.uploads import ANSWER_FILE, UPLOAD_OVER_CHARS, answer_comment, upload
 from bot.store import OwedMessage, Store
+from bot.toolcall import ToolCall
 from bot.types import ReminderOutcome, ReminderPost, Speaker, TurnOutcome
 from tools.base import SharedFile
 

@@ -26,7 +26,8 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.slack.edits import TRANSIENT_ERRORS, TokenBucket, retry_after_s
+from bot.concurrency import TokenBucket, backoff_s
+from bot.slack.edits import TRANSIENT_ERRORS, retry_after_s
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,8 @@ class PostRejected(Exception):
 
 @dataclass
 class PostStats:
+    """What the queue did, for `/metrics` (`threadbot_slack_posts_*`)."""
+
     sent: int = 0
     rate_limited: int = 0
     retried: int = 0
@@ -126,22 +129,22 @@ class PostQueue:
                         pace.paused_until = max(pace.paused_until, self._clock() + pause_s)
                         pace.bucket.drain(self._clock())
                         log.info("chat.postMessage rate limited in %s; pausing its posts for %.0fs", channel, pause_s)
-                        backoff_s = 0.0
+                        delay_s = 0.0
                     elif status >= 500 or error in TRANSIENT_ERRORS:
-                        backoff_s = self._backoff_s(attempts)
+                        delay_s = self._backoff_s(attempts)
                         log.warning("chat.postMessage in %s failed (HTTP %d, %s); retrying", channel, status, error)
                     else:
                         self.stats.rejected += 1
                         raise PostRejected(error or f"HTTP {status}") from None
                 except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-                    backoff_s = self._backoff_s(attempts)
+                    delay_s = self._backoff_s(attempts)
                     log.warning("chat.postMessage in %s failed (%r); retrying", channel, exc)
                 attempts += 1
-                if self._clock() + backoff_s > deadline:
+                if self._clock() + delay_s > deadline:
                     self.stats.failed += 1
                     raise PostFailed(f"not delivered to {channel} after {attempts} attempts")
                 self.stats.retried += 1
-                pace.paused_until = max(pace.paused_until, self._clock() + backoff_s)
+                pace.paused_until = max(pace.paused_until, self._clock() + delay_s)
 
     def _channel(self, channel: str) -> _Channel:
         pace = self._channels.get(channel)
@@ -157,7 +160,8 @@ class PostQueue:
 
     @staticmethod
     def _backoff_s(attempts: int) -> float:
-        return float(min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2.0**attempts)) * (1.0 + random.random() / 4)
+        """The pause after `attempts` earlier tries failed: the first retry waits `BACKOFF_BASE_S`."""
+        return backoff_s(attempts + 1, first_s=BACKOFF_BASE_S, max_s=BACKOFF_MAX_S, jitter=random.random())
 
 
 def _error(exc: SlackApiError) -> str | None:

@@ -1,4 +1,4 @@
-"""Small concurrency helpers of the Slack edge: per-key FIFO workers, per-key locks, tracked tasks.
+"""Small concurrency helpers of the Slack edge: per-key FIFO workers and per-key locks.
 
 Per-key FIFO workers: a session's Slack posts happen in the order the engine produced them.
 
@@ -15,8 +15,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 log = logging.getLogger(__name__)
 
@@ -91,58 +90,3 @@ class KeyedLocks:
                 del self._locks[key]
             else:
                 self._locks[key] = (lock, users - 1)
-
-
-class NotAccepting(Exception):
-    """A handler arrived while shutting down: left unacked, so Slack delivers it to another connection."""
-
-
-class TaskSet:
-    """Background handlers in flight: spawned without waiting, awaited (or cancelled) at shutdown."""
-
-    def __init__(self) -> None:
-        self._tasks: set[asyncio.Task[None]] = set()
-        self.accepting = True
-
-    def spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> bool:
-        """Run `coroutine` in the background; False (and it is closed unrun) once shutting down."""
-        return self._start(coroutine, name) is not None
-
-    async def run(self, coroutine: Coroutine[Any, Any, None], name: str) -> None:
-        """`spawn` and wait for it to end, raising what it raised: its caller acks only when it succeeded.
-
-        A cancelled caller does not cancel it; once shutting down it raises `NotAccepting` unrun."""
-        task = self._start(coroutine, name)
-        if task is None:
-            raise NotAccepting(name)
-        await asyncio.wait([task])
-        if not task.cancelled() and (exc := task.exception()) is not None:
-            raise exc
-
-    def _start(self, coroutine: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None] | None:
-        if not self.accepting:
-            coroutine.close()
-            return None
-        task = asyncio.get_running_loop().create_task(coroutine, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._done)
-        return task
-
-    def _done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("%s failed", task.get_name(), exc_info=task.exception())
-
-    def __len__(self) -> int:
-        return len(self._tasks)
-
-    async def close(self, timeout_s: float) -> None:
-        """Stop taking work; let what runs finish for `timeout_s`, then cancel it."""
-        self.accepting = False
-        if not self._tasks:
-            return
-        _, late = await asyncio.wait(set(self._tasks), timeout=timeout_s)
-        for task in late:
-            task.cancel()
-        if late:
-            await asyncio.wait(late)

@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
-from bot.calls.models import ToolCall
 from bot.calls.summary import arguments_text, call_label, icon, state_text
 from bot.slack.split import close_open_fence
+from bot.toolcall import ToolCall
 
 Block = dict[str, Any]
 

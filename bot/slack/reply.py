@@ -11,7 +11,7 @@ the answer is done.
 The same stability makes the split cheap to keep: while the last chunk plus a delta
 still fits in a message, the split of the longer text is the old one with the delta
 appended to its last chunk, so the text is only split again when it crosses into a
-new part, not on every delta (which made a long answer quadratic). That holds for
+new part, not on every delta (which would make a long answer quadratic). That holds for
 `split_chunks`, which keeps blank chunks (a blank last one may yet fill up); only
 the chunks with something in them become messages.
 
@@ -70,6 +70,11 @@ class _Part:
 
 @dataclass(slots=True)
 class ReplyStream:
+    """The Slack side of one streamed answer: which messages it is, what each shows, when each is final.
+
+    The model streams faster than Slack lets a message change, and a long answer becomes several
+    messages; keeping that bookkeeping here lets the edge hand over deltas as they come."""
+
     post: Post
     edit: Edit
     enqueue: Enqueue

@@ -16,8 +16,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bot.calls.models import ToolCall
 from bot.slack.render import Block, Edit, Post, status_message
+from bot.toolcall import ToolCall
 
 REMEMBER_MESSAGES = 2_000
 """Finished status messages remembered for lookups (a late reaction on them is answered, not guessed)."""

@@ -8,9 +8,10 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from bot.calls.models import CallStatus, ToolCall, utcnow
+from bot.clock import utcnow
 from bot.store.db import Db
 from bot.store.schema import CALL_COLUMNS, call_from_row, call_to_row, ts
+from bot.toolcall import CallStatus, ToolCall
 
 ORPHANED_ERROR = "the process that ran this call stopped"
 _OPEN = "('pending', 'running')"  # the statuses a call may still leave

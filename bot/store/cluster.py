@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from bot.calls.models import ToolCall, utcnow
+from bot.clock import utcnow
 from bot.store.calls import ORPHANED_ERROR
 from bot.store.db import PgDb
 from bot.store.inbox import VISIBLE
 from bot.store.outbox import OwedMessage, owed_message
 from bot.store.reminder_posts import reminder_post
 from bot.store.schema import CALL_COLUMNS, call_from_row, ts
+from bot.toolcall import ToolCall
 from bot.types import ReminderPost
 
 # A session is owed something (input, or a result that outlived its turn) and no job of its thread is

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from bot.calls.models import utcnow
+from bot.clock import utcnow
 from bot.store.db import Db, Row, TxHook
 from bot.store.schema import dumps, ts
 

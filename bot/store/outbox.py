@@ -17,7 +17,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from bot.calls.models import utcnow
+from bot.clock import utcnow
 from bot.store.db import Db, Row
 from bot.store.schema import dumps, ts
 

@@ -7,7 +7,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from bot.calls.models import utcnow
+from bot.clock import utcnow
 from bot.store.db import Db
 from bot.store.schema import ts
 

@@ -23,7 +23,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from bot.calls.models import utcnow
+from bot.clock import utcnow
 from bot.store.db import Db, Row
 from bot.store.inbox import insert_inbox
 from bot.store.reminder_posts import insert_post
@@ -200,11 +200,6 @@ class ReminderQueries:
 
     async def add_reminder(self, item: NewReminder, *, max_pending: int | None = None) -> Reminder:
         return (await self.add_reminders([item], max_pending=max_pending))[0]
-
-    async def count_pending(self, *, requester: str | None, session_key: str) -> int:
-        """Pending waits and reminders of a person, in every session (of a session, for rows without one)."""
-        async with self._read() as db:
-            return await _pending(db, requester, session_key)
 
     async def pending_by_person(self) -> list[tuple[str, int]]:
         """Pending waits and reminders per person (per session for rows without one), the most first."""

@@ -22,9 +22,9 @@ from typing import Any
 
 import aiosqlite
 
-from bot.calls.models import ToolCall
 from bot.errors import StoreError
 from bot.store.db import Row
+from bot.toolcall import ToolCall
 
 _V1 = """
 CREATE TABLE sessions (

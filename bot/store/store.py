@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from bot.calls.models import utcnow
+from bot.clock import utcnow
 from bot.store.calls import CallQueries
 from bot.store.db import Db, Row
 from bot.store.forgetting import ForgetQueries
@@ -204,18 +204,6 @@ class Store(
                 "INSERT INTO messages (session_key, seq, role, body, created_at) VALUES (?, ?, ?, ?, ?)",
                 [(key, i + 1, role, body, created.get(body, now)) for i, (role, body) in enumerate(bodies)],
             )
-
-    async def message_archive(self, key: str) -> list[dict[str, Any]]:
-        """Every message the session ever had, compacted away or not, in the order they were written."""
-        sql = (
-            "SELECT body FROM ("
-            " SELECT body, created_at, 0 AS src, id AS ord FROM messages_archive WHERE session_key = ?"
-            " UNION ALL SELECT body, created_at, 1, seq FROM messages WHERE session_key = ?"
-            ") AS m ORDER BY created_at, src, ord"
-        )
-        async with self._read() as db:
-            rows = await db.fetch(sql, key, key)
-        return [json.loads(row[0]) for row in rows]
 
     async def append_messages(
         self,

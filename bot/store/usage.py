@@ -13,7 +13,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from bot.calls.models import utcnow
+from bot.clock import utcnow
 from bot.store.db import Db
 from bot.store.schema import ts
 from bot.types import Usage

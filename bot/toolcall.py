@@ -8,10 +8,11 @@ never left again: `ToolCall.transition` refuses, and the store refuses too.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from bot.clock import utcnow
 from tools.base import blocks_as_text, result_blocks
 
 JSON = Any
@@ -49,10 +50,6 @@ class ProgressKind(StrEnum):
     LOG = "log"
     PARTIAL = "partial"
     HEARTBEAT = "heartbeat"
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def _iso(moment: datetime | None) -> str | None:
