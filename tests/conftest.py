@@ -26,7 +26,7 @@ from bot.app import Core, open_core
 from bot.calls.models import CallStatus, ToolCall
 from bot.config import Settings, load_settings
 from bot.model.anthropic import AnthropicProvider
-from bot.types import EngineOutput, ReminderOutcome, ReminderPost, TurnOutcome
+from bot.types import EngineOutput, OwedPost, ReminderOutcome, ReminderPost, TurnOutcome
 from tools.base import SharedFile
 
 __all__ = ["any_store", "pg_dsn", "pg_jobs_dsn", "store_backend", "store_opener"]  # the back-end fixtures
@@ -183,6 +183,9 @@ class RecordingOutput:
     def file_shared(self, session_key: str, file: SharedFile) -> None:
         self.files.append((session_key, file))
         self._record("file_shared", session_key, file)
+
+    def owed_posts(self, session_key: str) -> list[OwedPost]:
+        return []
 
     def turn_finished(self, outcome: TurnOutcome) -> None:
         self.outcomes.append(outcome)
