@@ -147,6 +147,8 @@ class RecordingOutput:
     notices: list[tuple[str, str]] = field(default_factory=list)
     reminders: list[tuple[str, str]] = field(default_factory=list)
     files: list[tuple[str, SharedFile]] = field(default_factory=list)
+    unsent: list[OwedPost] = field(default_factory=list)
+    """Posts this edge says it still holds: the next turn's last save of their session owes them."""
     _waiters: list[_Waiter] = field(default_factory=list)
 
     # EngineOutput
@@ -185,7 +187,9 @@ class RecordingOutput:
         self._record("file_shared", session_key, file)
 
     def owed_posts(self, session_key: str) -> list[OwedPost]:
-        return []
+        owed = [post for post in self.unsent if post.session_key == session_key]
+        self.unsent = [post for post in self.unsent if post.session_key != session_key]
+        return owed
 
     def turn_finished(self, outcome: TurnOutcome) -> None:
         self.outcomes.append(outcome)

@@ -411,6 +411,17 @@ class TurnRunner:
             )
         except Exception:
             log.exception("could not persist the end of a turn in %s", conversation.key)
+            outcome.owed_posts = await self._owe_alone(conversation.key, owed)
+
+    async def _owe_alone(self, key: str, owed: list[OwedPost]) -> list[int]:
+        """The edge handed these over: a save that failed leaves the message unanswered, but not them unsaid."""
+        if not owed:
+            return []
+        try:
+            return await self._store.append_messages(key, [], owed=owed)
+        except Exception:
+            log.exception("could not owe the last %d post(s) of a turn in %s", len(owed), key)
+            return []
 
     async def _save(
         self, conversation: _Conversation, *, answered: bool = False, owed: list[OwedPost] | None = None
