@@ -6,8 +6,9 @@ delivers it: in the order it was owed (per session), with backoff while Slack
 keeps failing, and at every start for what a previous process left. A session with
 posts still owed sends its later posts through here too, so they cannot overtake.
 What a turn's last save owed (the answer still queued when the message was marked
-answered, bot/agent/turn.py) is handed over here when the session's queue reaches it.
-It delivers only the rows it was handed: the others are being tried by the edge now.
+answered, bot/agent/turn.py) is posted by the session's queue like any owed post, and
+comes here the same way. This worker delivers only the rows it was handed: the others
+are being tried by the edge, or wait in a session's queue, right now.
 
 A post may have landed although its confirmation never arrived (a timeout, a kill
 between Slack's answer and the store's delete). Each owed post therefore carries a

@@ -15,8 +15,8 @@ notice, a reminder, a complete answer part, a final status) is owed: written to 
 store before it is tried and delivered by the `Outbox` if Slack does not take it
 now, after a restart included. What is still queued when a turn ends (its answer behind
 a slow post, a notice) is handed to the turn's last save (`owed_posts`), which owes it
-in the transaction that marks the message answered; the queue then leaves it to the
-`Outbox`. Final edits are kept the same way by the `EditScheduler`'s journal.
+in the transaction that marks the message answered; the queue then posts it by that
+row, as any owed post. Final edits are kept the same way by the `EditScheduler`'s journal.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from bot.slack.render import (
     who,
 )
 from bot.slack.reply import FIRST_POST_WAIT_S, ReplyStream
-from bot.slack.sessions import Sessions
+from bot.slack.sessions import Address, Sessions
 from bot.slack.status import StatusBoard, StatusMessage
 from bot.slack.uploads import ANSWER_FILE, UPLOAD_OVER_CHARS, answer_comment, upload
 from bot.store import OwedMessage, Store
@@ -229,13 +229,21 @@ class SlackEdge:
                     continue
                 posts.append(OwedPost(session_key, address.channel, address.thread_ts, text, blocks))
         state.unsent[:] = [unsent for unsent in state.unsent if not unsent.finished_posting()]
+        state.handed = posts
         return posts
 
     def turn_finished(self, outcome: TurnOutcome) -> None:
         key = outcome.session_key
+        state = self._sessions.get(key)
+        handed, state.handed = state.handed, []
         if outcome.owed_posts:
             # Behind what the queue holds before them, ahead of anything posted later: the order is kept.
-            self._put(key, functools.partial(self._hand_over, key, outcome.owed_posts), holdable=False)
+            owed: Operation
+            if len(handed) == len(outcome.owed_posts):
+                owed = functools.partial(self._send_owed, key, list(zip(outcome.owed_posts, handed, strict=True)))
+            else:  # this edge forgot what it handed over (its state was evicted): the outbox reads the store
+                owed = functools.partial(self._hand_over, key, outcome.owed_posts)
+            self._put(key, owed, holdable=False)
         self.text_done(key)  # a turn cancelled mid-answer never said text_done: seal what was shown
         if outcome.cancelled_by:
             self._notice(key, f"🛑 Stopped by {who(outcome.cancelled_by)}.")
@@ -268,10 +276,17 @@ class SlackEdge:
         except EmptyMessage:
             log.error("not posting an empty message in %s", key)
             return None
-        outbox = self._outbox
         post_id: int | None = None
-        if owed and outbox is not None:
-            post_id = await outbox.owe(key, address.channel, address.thread_ts, text, blocks)
+        if owed and self._outbox is not None:
+            post_id = await self._outbox.owe(key, address.channel, address.thread_ts, text, blocks)
+        return await self._send(key, address, text, blocks, post_id)
+
+    async def _send(
+        self, key: str, address: Address, text: str, blocks: list[Block] | None, post_id: int | None
+    ) -> tuple[str, str] | None:
+        """Post now, unless the session's owed posts wait in the outbox; an owed one (`post_id`) that does not
+        land is the outbox's to deliver."""
+        outbox = self._outbox
         if outbox is not None and outbox.backlogged(key):
             if post_id is not None:
                 outbox.handed_over(key, post_id, tried=False)
@@ -405,6 +420,15 @@ class SlackEdge:
                 await self._post_line(key, text)
 
         self._put(key, post)
+
+    async def _send_owed(self, key: str, owed: list[tuple[int, OwedPost]]) -> None:
+        """Posts a turn's last save owed (`owed_posts`), as the queue would have posted them had it owed them."""
+        address = await self._sessions.address(key)
+        for post_id, post in owed:
+            if address is None:
+                await self._hand_over(key, [post_id])
+            else:
+                await self._send(key, address, post.text, post.blocks, post_id)
 
     async def _hand_over(self, key: str, post_ids: list[int]) -> None:
         """Posts a turn's last save owed (`owed_posts`): the outbox delivers them, once."""

@@ -24,7 +24,7 @@ from bot.slack.queues import Operation
 from bot.slack.render import Block
 from bot.slack.reply import ReplyStream
 from bot.store import Store
-from bot.types import Speaker
+from bot.types import OwedPost, Speaker
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,7 @@ class SessionState:
     turn_requester: str | None = None
     held: list[Operation] | None = None  # a quiet turn's operations, until it is known whether it says anything
     unsent: list[Unsent] = field(default_factory=list)  # in the order they were decided
+    handed: list[OwedPost] = field(default_factory=list)  # what the turn's last save owes, until it names the ids
 
 
 class Sessions:
