@@ -118,6 +118,20 @@ class TurnOutcome:
     pending_call_ids: list[str] = field(default_factory=list)
     iterations: int = 0
     usage: Usage = Usage()
+    owed_posts: list[int] = field(default_factory=list)
+    """The store's ids of the `EngineOutput.owed_posts` the turn's last save owed, in order: the edge's to deliver."""
+
+
+@dataclass(frozen=True, slots=True)
+class OwedPost:
+    """A message an edge has decided to post and not yet owed in the store, as the store keeps it
+    (bot/store/outbox.py): where (`channel`, `thread_ts`, the edge's address) and what."""
+
+    session_key: str
+    channel: str
+    thread_ts: str | None
+    text: str
+    blocks: list[dict[str, JSON]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +190,15 @@ class EngineOutput(Protocol):
 
     def file_shared(self, session_key: str, file: SharedFile) -> None:
         """A file a tool handed over for the people in the session (Slack uploads it; the console saves it)."""
+
+    def owed_posts(self, session_key: str) -> list[OwedPost]:
+        """What the edge has decided to say in the session and has not owed in a store yet, in order.
+
+        Asked right before the turn's last save, which owes them in the transaction that marks the
+        session's messages answered: nothing decided lives only in memory once a message counts as
+        answered. From then on they are the store's; `turn_finished` names their ids
+        (`TurnOutcome.owed_posts`). An edge that cannot fail to show a line (a terminal) owes nothing.
+        """
 
     def turn_finished(self, outcome: TurnOutcome) -> None: ...
 

@@ -26,7 +26,7 @@ from bot.app import Core, open_core
 from bot.config import Settings, load_settings
 from bot.model.anthropic import AnthropicProvider
 from bot.toolcall import CallStatus, ToolCall
-from bot.types import EngineOutput, ReminderOutcome, ReminderPost, TurnOutcome
+from bot.types import EngineOutput, OwedPost, ReminderOutcome, ReminderPost, TurnOutcome
 from tools.base import SharedFile
 
 __all__ = ["any_store", "pg_dsn", "pg_jobs_dsn", "store_backend", "store_opener"]  # the back-end fixtures
@@ -147,6 +147,8 @@ class RecordingOutput:
     notices: list[tuple[str, str]] = field(default_factory=list)
     reminders: list[tuple[str, str]] = field(default_factory=list)
     files: list[tuple[str, SharedFile]] = field(default_factory=list)
+    unsent: list[OwedPost] = field(default_factory=list)
+    """Posts this edge says it still holds: the next turn's last save of their session owes them."""
     _waiters: list[_Waiter] = field(default_factory=list)
 
     # EngineOutput
@@ -183,6 +185,11 @@ class RecordingOutput:
     def file_shared(self, session_key: str, file: SharedFile) -> None:
         self.files.append((session_key, file))
         self._record("file_shared", session_key, file)
+
+    def owed_posts(self, session_key: str) -> list[OwedPost]:
+        owed = [post for post in self.unsent if post.session_key == session_key]
+        self.unsent = [post for post in self.unsent if post.session_key != session_key]
+        return owed
 
     def turn_finished(self, outcome: TurnOutcome) -> None:
         self.outcomes.append(outcome)

@@ -85,6 +85,32 @@ async def test_kill_mid_stream_then_the_question_is_answered_once(own: World) ->
     assert len(model.requests) == 2 and not model.rejections
 
 
+def answered(data_dir: Path) -> bool:
+    with sqlite3.connect(data_dir / "bot.db") as db:
+        return bool(db.execute("SELECT COUNT(*) FROM inbox WHERE answered_at IS NOT NULL").fetchone()[0])
+
+
+async def test_kill_after_the_answer_is_stored_while_its_post_waits_behind_a_slow_one(own: World) -> None:
+    """The message is answered in the store while its answer waits in the thread's queue behind a post Slack
+    does not answer: the save that marks it answered owes the answer too, so a kill then loses nothing."""
+    slack, daemon = own.slack, own.daemon
+    await daemon.start()
+    await daemon.connected()
+    count = tool_use("wordcount", {"text": "a b c"})
+    own.script.add("count these words", Reply.tools(count), Reply.text_only("Three words."))
+    slack.stall("chat.postMessage", lambda params: "wordcount" in str(params.get("text", "")), times=None)
+    event = await mention(slack, "C1", "count these words")
+    await slack.wait_for(lambda: answered(daemon.data_dir), WAIT_S, "the message answered in the store")
+    assert texts_with(slack, "C1", event["ts"], "Three words.") == [], "the answer still waits behind the status"
+    await kill(daemon)
+
+    slack.clear_stalls()
+    await restart(daemon)
+    await wait_text(slack, "C1", event["ts"], "Three words.")
+    await finish(own)
+    assert len(texts_with(slack, "C1", event["ts"], "Three words.")) == 1
+
+
 async def test_kill_mid_tool_then_the_call_is_orphaned_and_the_turn_goes_on(own: World) -> None:
     slack, model, daemon = own.slack, own.model, own.daemon
     await daemon.start()

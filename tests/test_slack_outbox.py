@@ -88,6 +88,50 @@ async def test_an_answer_slack_refuses_for_a_while_is_delivered_later_once_and_i
     assert await rig.store.owed_messages() == []
 
 
+async def test_what_waits_in_the_queue_when_the_turn_saves_is_owed_by_that_save_and_posted_once(rig: Rig) -> None:
+    """The turn's last save owes what the session's queue still holds (`owed_posts`), in its order; the queue then
+    leaves it to the outbox, which delivers each once, after what was queued before it."""
+    edge = await rig.start()
+    edge.notice(KEY, "first")
+    await rig.slack.wait_for(lambda: [p.text for p in rig.posts()] == ["first"], WAIT_S, "the address known")
+    rig.slack.fail("chat.postMessage", status=500, times=None)
+    edge.notice(KEY, "second")
+    edge.text_delta(KEY, "The answer is 42.")
+    edge.text_done(KEY)
+
+    owed = edge.owed_posts(KEY)
+    assert [(p.channel, p.thread_ts, p.text) for p in owed] == [
+        ("C1", rig.root, "second"),
+        ("C1", rig.root, "The answer is 42."),
+    ]
+    assert edge.owed_posts(KEY) == [], "handed over once"
+    ids = await rig.store.append_messages(KEY, [], owed=owed)
+    assert [m.id for m in await rig.store.owed_messages()] == ids, "owed before anything is tried"
+    edge.turn_finished(TurnOutcome(KEY, owed_posts=ids))
+    assert edge.outbox is not None
+    await rig.slack.wait_for(lambda: edge.outbox is not None and edge.outbox.owed == 2, WAIT_S, "handed over")
+    rig.slack.clear_failures()
+    assert await edge.outbox.idle(WAIT_S)
+    assert [p.text for p in rig.posts()] == ["first", "second", "The answer is 42."]
+    assert [p.extra.get("metadata") for p in rig.posts()[1:]] == [marker(post_id) for post_id in ids]
+    assert await rig.store.owed_messages() == []
+
+
+async def test_an_answer_owed_by_the_turns_save_is_posted_by_its_queue_when_slack_takes_it(rig: Rig) -> None:
+    edge = await rig.start()
+    edge.notice(KEY, "first")
+    await rig.slack.wait_for(lambda: [p.text for p in rig.posts()] == ["first"], WAIT_S, "the address known")
+    edge.text_delta(KEY, "The answer is 42.")
+    edge.text_done(KEY)
+    ids = await rig.store.append_messages(KEY, [], owed=edge.owed_posts(KEY))
+    edge.turn_finished(TurnOutcome(KEY, owed_posts=ids))
+    await rig.slack.wait_for(lambda: len(rig.posts()) == 2 and not edge.busy_sessions, WAIT_S, "the answer")
+    assert edge.outbox is not None and await edge.outbox.idle(WAIT_S)
+    assert [(p.text, p.extra.get("metadata")) for p in rig.posts()[1:]] == [("The answer is 42.", marker(ids[0]))]
+    assert edge.outbox.delivered == 0, "posted by the session's queue, not retried"
+    assert await rig.store.owed_messages() == []
+
+
 async def test_what_a_stopped_process_owed_is_delivered_by_the_next_and_never_twice(rig: Rig) -> None:
     status = str((await rig.client.chat_postMessage(channel="C1", thread_ts=rig.root, text="⏳ running"))["ts"])
     landed = await rig.store.owe_post(KEY, "C1", rig.root, "posted just before the crash")

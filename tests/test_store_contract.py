@@ -8,17 +8,39 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from store_backends import message_archive
 
 from bot.clock import utcnow
 from bot.store import OwedEdit, ProcessGroupRecord, Store
 from bot.toolcall import CallStatus, ToolCall
+from bot.types import OwedPost
 
 KEY = "slack:T1:C1:1.0"
 
 
 def call(call_id: str, **fields: object) -> ToolCall:
     return ToolCall(id=call_id, session_key=KEY, turn_id="t1", tool_name="shell", input={}, **fields)  # type: ignore[arg-type]
+
+
+async def test_the_save_that_answers_a_message_owes_its_answer_in_the_same_transaction(any_store: Store) -> None:
+    store = any_store
+    await store.ensure_session(KEY, {"edge": "slack"})
+    asked = await store.claim_message(["msg:1"], KEY, "hi", address={})
+    assert asked is not None
+    answer = [OwedPost(KEY, "C1", "1.0", "part 1", [{"type": "section"}]), OwedPost(KEY, "C1", "1.0", "part 2")]
+    with pytest.raises(KeyError):
+        await store.append_messages("slack:T1:C9:9.0", [], answered=True, owed=answer)  # no such session
+    assert await store.owed_messages() == []
+    pair = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "part 1 part 2"}]
+    ids = await store.append_messages(KEY, pair, inbox_ids=[asked.id], turn_id="t1", answered=True, owed=answer)
+    assert await store.open_inbox() == {}
+    owed = await store.owed_messages()
+    assert [(m.id, m.thread_ts, m.text, m.blocks) for m in owed] == [
+        (ids[0], "1.0", "part 1", [{"type": "section"}]),
+        (ids[1], "1.0", "part 2", None),
+    ]
+    assert await store.append_messages(KEY, [], owed=[]) == []
 
 
 async def test_owed_posts_and_edits_until_slack_confirms_them(any_store: Store) -> None:

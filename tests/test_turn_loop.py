@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from typing import Any
 
 import pytest
 from conftest import CoreFactory, RecordingOutput
@@ -20,6 +21,7 @@ from bot.agent.protocol import INJECTION_PREFIX
 from bot.agent.turn import CONTINUE_NOTE
 from bot.app import Core
 from bot.toolcall import CallStatus
+from bot.types import OwedPost
 
 STOPS_S = 2.0
 """How soon cancelled work must be over in these tests: far inside the 30 s it would take, loose enough for a
@@ -427,3 +429,29 @@ async def test_a_turn_that_fails_before_the_model_is_reported_and_the_session_re
     fake.script(Reply.text_only("Back."))
     again = await core.engine.run_turn(KEY, "and now?")
     assert again is not None and again.text == "Back." and fake.rejections == []
+
+
+async def test_the_last_save_owes_what_the_edge_still_holds_and_names_it_to_the_edge(
+    core: Core, output: RecordingOutput, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`EngineOutput.owed_posts` is owed by the turn's last save (bot/agent/turn.py); when that save fails, the
+    posts are still owed on their own, so a store that fails once does not silence the answer."""
+    output.unsent = [OwedPost(KEY, "C1", "1.0", "the answer")]
+    outcome = await core.engine.run_turn(KEY, "hello")
+    assert outcome is not None and outcome.owed_posts
+    assert [(m.id, m.text) for m in await core.store.owed_messages()] == [(outcome.owed_posts[0], "the answer")]
+
+    append = core.store.append_messages
+    failures = []
+
+    async def fails_once(*args: Any, **kwargs: Any) -> list[int]:
+        if kwargs.get("owed") and not failures:  # the turn's last save, once
+            failures.append(kwargs)
+            raise OSError("disk hiccup")
+        return await append(*args, **kwargs)
+
+    monkeypatch.setattr(core.store, "append_messages", fails_once)
+    output.unsent = [OwedPost(KEY, "C1", "1.0", "the next answer")]
+    outcome = await core.engine.run_turn(KEY, "again")
+    assert failures and outcome is not None and len(outcome.owed_posts) == 1
+    assert [m.text for m in await core.store.owed_messages()] == ["the answer", "the next answer"]

@@ -8,9 +8,10 @@ closes with a short assistant note saying so.
 What a person said is not lost while it waits for its pair: it is in the inbox
 (bot/store/inbox.py) from the moment it was acknowledged. The save that stores it
 in the history marks its row stored, and the turn's last save marks the session's
-rows answered. A turn stopped by a shutdown is not an answer: it leaves its
-unanswered user message out of the history and its rows owed, so the next start
-resumes it (`Engine.resume`).
+rows answered and, in the same transaction, owes what the edge has yet to post of the
+answer (`EngineOutput.owed_posts`), so an answered message is never unsaid. A turn
+stopped by a shutdown is not an answer: it leaves its unanswered user message out of
+the history and its rows owed, so the next start resumes it (`Engine.resume`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from bot.errors import ContextOverflow, ModelError
 from bot.policy import Asker, Policy
 from bot.store import Store
 from bot.toolcall import JSON, CallStatus, ToolCall
-from bot.types import Billing, EngineOutput, Message, ModelReply, ModelRequest, Provider, TurnOutcome
+from bot.types import Billing, EngineOutput, Message, ModelReply, ModelRequest, OwedPost, Provider, TurnOutcome
 from tools.base import FILE_SINK
 
 log = logging.getLogger(__name__)
@@ -409,16 +410,34 @@ class TurnRunner:
             else:
                 note = f"(turn ended early: {outcome.error or 'interrupted'})"
             messages.append({"role": "assistant", "content": [protocol.text_block(note)]})
+        owed = self._output.owed_posts(conversation.key)
         try:
-            await self._save(conversation, answered=conversation.owes and not still_owed)
+            outcome.owed_posts = await self._save(
+                conversation, answered=conversation.owes and not still_owed, owed=owed
+            )
         except Exception:
             log.exception("could not persist the end of a turn in %s", conversation.key)
+            outcome.owed_posts = await self._owe_alone(conversation.key, owed)
 
-    async def _save(self, conversation: _Conversation, *, answered: bool = False) -> None:
-        await conversation.save(self._store, answered=answered)
+    async def _owe_alone(self, key: str, owed: list[OwedPost]) -> list[int]:
+        """The edge handed these over: a save that failed leaves the message unanswered, but not them unsaid."""
+        if not owed:
+            return []
+        try:
+            return await self._store.append_messages(key, [], owed=owed)
+        except Exception:
+            log.exception("could not owe the last %d post(s) of a turn in %s", len(owed), key)
+            return []
+
+    async def _save(
+        self, conversation: _Conversation, *, answered: bool = False, owed: list[OwedPost] | None = None
+    ) -> list[int]:
+        """Store what is new; `owed`: the edge's posts, owed in the same transaction (their ids are returned)."""
+        ids = await conversation.save(self._store, answered=answered, owed=owed or [])
         if conversation.late:
             await self._registry.mark_delivered(list(conversation.late.values()))
             conversation.late.clear()
+        return ids
 
 
 @dataclass(slots=True)
@@ -439,14 +458,17 @@ class _Conversation:
     asker: Asker = field(default_factory=lambda: Asker(None))
     """Whom the tool policy sees asking in this turn."""
 
-    async def save(self, store: Store, *, answered: bool = False) -> None:
-        if len(self.messages) > self.persisted or answered:
-            await store.append_messages(
-                self.key,
-                self.messages[self.persisted :],
-                inbox_ids=self.inbox_ids,
-                turn_id=self.turn_id,
-                answered=answered,
-            )
-            self.persisted = len(self.messages)
-            self.inbox_ids = []
+    async def save(self, store: Store, *, answered: bool = False, owed: list[OwedPost]) -> list[int]:
+        if len(self.messages) <= self.persisted and not answered and not owed:
+            return []
+        ids = await store.append_messages(
+            self.key,
+            self.messages[self.persisted :],
+            inbox_ids=self.inbox_ids,
+            turn_id=self.turn_id,
+            answered=answered,
+            owed=owed,
+        )
+        self.persisted = len(self.messages)
+        self.inbox_ids = []
+        return ids

@@ -24,7 +24,7 @@ from bot.console.saved_files import save_shared
 from bot.errors import ThreadbotError
 from bot.text import clean_text
 from bot.toolcall import ToolCall
-from bot.types import ReminderOutcome, ReminderPost, TurnOutcome
+from bot.types import OwedPost, ReminderOutcome, ReminderPost, TurnOutcome
 from tools.base import SharedFile
 
 APPROVED_BY = "oneshot --approve"
@@ -80,6 +80,10 @@ class CollectingOutput:
             self.files.append(str(save_shared(file, self.files_dir)))
         except OSError as exc:
             self.notices.append(f"{file.name} could not be saved: {exc.strerror or exc}")
+
+    def owed_posts(self, session_key: str) -> list[OwedPost]:
+        """Printed is delivered: nothing is left to owe."""
+        return []
 
     def turn_finished(self, outcome: TurnOutcome) -> None:
         pass

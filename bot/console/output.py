@@ -12,7 +12,7 @@ from bot.calls.summary import call_label, icon, state_text
 from bot.console.approvals import ConsoleApprovals
 from bot.console.saved_files import shared_line
 from bot.toolcall import CallStatus, ToolCall
-from bot.types import ReminderOutcome, ReminderPost, TurnOutcome
+from bot.types import OwedPost, ReminderOutcome, ReminderPost, TurnOutcome
 from tools.base import SharedFile
 
 
@@ -62,6 +62,10 @@ class ConsoleOutput:
     def file_shared(self, session_key: str, file: SharedFile) -> None:
         """Saved under BOT_DATA_DIR/files, and the path printed: a terminal has nowhere to upload it."""
         self.line(shared_line(file, self._files_dir))
+
+    def owed_posts(self, session_key: str) -> list[OwedPost]:
+        """Printed is delivered: nothing is left to owe."""
+        return []
 
     def turn_finished(self, outcome: TurnOutcome) -> None:
         if outcome.cancelled_by:

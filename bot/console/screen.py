@@ -19,7 +19,7 @@ from bot.console.approvals import ConsoleApprovals
 from bot.console.fit import break_row, fit
 from bot.console.saved_files import shared_line
 from bot.toolcall import CallStatus, ToolCall
-from bot.types import ReminderOutcome, ReminderPost, TurnOutcome
+from bot.types import OwedPost, ReminderOutcome, ReminderPost, TurnOutcome
 from tools.base import SharedFile
 
 ANSWER_PREFIX = "assistant: "
@@ -150,6 +150,10 @@ class TerminalOutput:
         """Printed is delivered: a terminal cannot fail to show it."""
         self._print(f"⏰ {post.text}")
         return ReminderOutcome.POSTED
+
+    def owed_posts(self, session_key: str) -> list[OwedPost]:
+        """A terminal cannot fail to show a line: nothing is left to owe."""
+        return []
 
     def turn_finished(self, outcome: TurnOutcome) -> None:
         self._turns.discard(outcome.session_key)

@@ -5,6 +5,10 @@ it, or the process stopped before it landed, it stays owed, and this worker
 delivers it: in the order it was owed (per session), with backoff while Slack
 keeps failing, and at every start for what a previous process left. A session with
 posts still owed sends its later posts through here too, so they cannot overtake.
+What a turn's last save owed (the answer still queued when the message was marked
+answered, bot/agent/turn.py) is posted by the session's queue like any owed post, and
+comes here the same way. This worker delivers only the rows it was handed: the others
+are being tried by the edge, or wait in a session's queue, right now.
 
 A post may have landed although its confirmation never arrived (a timeout, a kill
 between Slack's answer and the store's delete). Each owed post therefore carries a
@@ -24,6 +28,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.slack.metrics import Metrics
 from bot.slack.posts import PostFailed, PostQueue, PostRejected, thread_holds
 from bot.store import OwedMessage, Store
 
@@ -41,13 +46,20 @@ def marker(post_id: int) -> dict[str, Any]:
 
 class Outbox:
     def __init__(
-        self, store: Store, posts: PostQueue, client: AsyncWebClient, *, clock: Callable[[], float] = time.monotonic
+        self,
+        store: Store,
+        posts: PostQueue,
+        client: AsyncWebClient,
+        *,
+        metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
+        self._metrics = metrics or Metrics()
         self._posts = posts
         self._client = client
         self._clock = clock
-        self._backlog: dict[str, int] = {}  # session -> owed posts not delivered yet
+        self._backlog: dict[str, set[int]] = {}  # session -> its owed posts this worker must deliver
         self._maybe_landed: set[int] = set()  # tried before: check the thread before posting again
         self._attempts: dict[int, int] = {}
         self._not_before = 0.0
@@ -59,11 +71,11 @@ class Outbox:
         self.duplicates_avoided = 0
 
     def backlogged(self, session_key: str) -> bool:
-        return self._backlog.get(session_key, 0) > 0
+        return bool(self._backlog.get(session_key))
 
     @property
     def owed(self) -> int:
-        return sum(self._backlog.values())
+        return sum(len(ids) for ids in self._backlog.values())
 
     async def start(self) -> list[OwedMessage]:
         """Take up what a previous process left; returns it all (its edits are the `EditScheduler`'s)."""
@@ -73,7 +85,7 @@ class Outbox:
         """Deliver these owed posts (a previous process's, or a gone replica's); returns them all."""
         for message in owed:
             if message.is_post:
-                self._backlog[message.session_key] = self._backlog.get(message.session_key, 0) + 1
+                self._backlog.setdefault(message.session_key, set()).add(message.id)
                 self._maybe_landed.add(message.id)
                 self._empty.clear()
         if any(message.is_post for message in owed):
@@ -93,8 +105,11 @@ class Outbox:
         return await self._store.owe_post(session_key, channel, thread_ts, text, blocks)
 
     def handed_over(self, session_key: str, post_id: int, *, tried: bool) -> None:
-        """An owed post this worker must now deliver (`tried`: it may have landed)."""
-        self._backlog[session_key] = self._backlog.get(session_key, 0) + 1
+        """An owed post this worker must now deliver (`tried`: it may have landed).
+
+        Rows it was not handed (a post being tried right now, an answer owed by a turn's last save that
+        the edge has not handed over yet) are not its to deliver."""
+        self._backlog.setdefault(session_key, set()).add(post_id)
         self._empty.clear()
         if tried:
             self._maybe_landed.add(post_id)
@@ -137,7 +152,7 @@ class Outbox:
                 self._wake.clear()
             if not self.owed:
                 continue
-            owed = [m for m in await self._store.owed_messages() if m.is_post and self.backlogged(m.session_key)]
+            owed = [m for m in await self._store.owed_messages() if m.is_post and self._handed(m)]
             sessions: dict[str, list[OwedMessage]] = {}
             for message in owed:
                 sessions.setdefault(message.session_key, []).append(message)
@@ -162,6 +177,7 @@ class Outbox:
                         metadata=marker(message.id),
                     )
                     self.delivered += 1
+                    self._metrics.inc("slack_posts_total")
             except PostRejected as exc:
                 log.error("Slack refused an owed post in %s for good (%s); dropping it", message.channel, exc.error)
             except (PostFailed, SlackApiError, OSError) as exc:
@@ -172,12 +188,16 @@ class Outbox:
             await self._store.settle_post(message.id)
             self._attempts.pop(message.id, None)
             self._maybe_landed.discard(message.id)
-            self._backlog[message.session_key] -= 1
-            if not self._backlog[message.session_key]:
+            ids = self._backlog[message.session_key]
+            ids.discard(message.id)
+            if not ids:
                 del self._backlog[message.session_key]
             if not self._backlog:
                 self._empty.set()
         return True
+
+    def _handed(self, message: OwedMessage) -> bool:
+        return message.id in self._backlog.get(message.session_key, ())
 
     async def _already_posted(self, message: OwedMessage) -> bool:
         """Whether the thread already holds this post (a message with its marker)."""

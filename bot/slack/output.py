@@ -13,8 +13,10 @@ until it has something to say, in `QuietHold`.
 Posts go through the `PostQueue` (paced per channel). A message's last word (a
 notice, a reminder, a complete answer part, a final status) is owed: written to the
 store before it is tried and delivered by the `Outbox` if Slack does not take it
-now, after a restart included. Final edits are kept the same way by the
-`EditScheduler`'s journal.
+now, after a restart included. What is still queued when a turn ends (its answer behind
+a slow post, a notice) is handed to the turn's last save (`owed_posts`), which owes it
+in the transaction that marks the message answered; the queue then posts it by that
+row, as any owed post. Final edits are kept the same way by the `EditScheduler`'s journal.
 """
 
 from __future__ import annotations
@@ -49,12 +51,12 @@ from bot.slack.render import (
     who,
 )
 from bot.slack.reply import FIRST_POST_WAIT_S, ReplyStream
-from bot.slack.sessions import Sessions
+from bot.slack.sessions import Address, Sessions
 from bot.slack.status import StatusBoard, StatusMessage
 from bot.slack.uploads import ANSWER_FILE, UPLOAD_OVER_CHARS, answer_comment, upload
 from bot.store import OwedMessage, Store
 from bot.toolcall import ToolCall
-from bot.types import ReminderOutcome, ReminderPost, Speaker, TurnOutcome
+from bot.types import OwedPost, ReminderOutcome, ReminderPost, Speaker, TurnOutcome
 from tools.base import SharedFile
 
 log = logging.getLogger(__name__)
@@ -96,7 +98,7 @@ class SlackEdge:
     def attach(self, store: Store) -> None:
         self._store = store
         self._sessions.attach(store)
-        self._outbox = Outbox(store, self._posts, self._client)
+        self._outbox = Outbox(store, self._posts, self._client, metrics=self._metrics)
 
     async def resume(self) -> None:
         """At start: deliver what a previous process owed Slack (posts through the outbox, final edits queued)."""
@@ -205,8 +207,41 @@ class SlackEdge:
 
         self._put(session_key, share)
 
+    def owed_posts(self, session_key: str) -> list[OwedPost]:
+        """The session's answer parts and notices still waiting in its queue, handed over to be owed.
+
+        Not in a quiet session (its answer may yet come to nothing), nor before the session has an address
+        and a thread (its first post opens it): there the queue posts, and owes, them itself."""
+        state = self._sessions.get(session_key)
+        address = state.address
+        if address is not None and address.quiet_reply is not None:
+            state.unsent.clear()
+        if self._outbox is None or address is None or address.thread_ts is None:
+            return []
+        posts = []
+        for unsent in state.unsent:
+            for text, blocks in unsent.owe_rest():
+                try:
+                    text, blocks = sendable(text, blocks)
+                except EmptyMessage:
+                    continue
+                posts.append(OwedPost(session_key, address.channel, address.thread_ts, text, blocks))
+        state.unsent[:] = [unsent for unsent in state.unsent if not unsent.finished_posting()]
+        state.handed = posts
+        return posts
+
     def turn_finished(self, outcome: TurnOutcome) -> None:
         key = outcome.session_key
+        state = self._sessions.get(key)
+        handed, state.handed = state.handed, []
+        if outcome.owed_posts:
+            # Behind what the queue holds before them, ahead of anything posted later: the order is kept.
+            owed: Operation
+            if len(handed) == len(outcome.owed_posts):
+                owed = functools.partial(self._send_owed, key, list(zip(outcome.owed_posts, handed, strict=True)))
+            else:  # this edge forgot what it handed over (its state was evicted): the outbox reads the store
+                owed = functools.partial(self._hand_over, key, outcome.owed_posts)
+            self._put(key, owed, holdable=False)
         self.text_done(key)  # a turn cancelled mid-answer never said text_done: seal what was shown
         if outcome.cancelled_by:
             self._notice(key, f"🛑 Stopped by {who(outcome.cancelled_by)}.")
@@ -239,10 +274,17 @@ class SlackEdge:
         except EmptyMessage:
             log.error("not posting an empty message in %s", key)
             return None
-        outbox = self._outbox
         post_id: int | None = None
-        if owed and outbox is not None:
-            post_id = await outbox.owe(key, address.channel, address.thread_ts, text, blocks)
+        if owed and self._outbox is not None:
+            post_id = await self._outbox.owe(key, address.channel, address.thread_ts, text, blocks)
+        return await self._send(key, address, text, blocks, post_id)
+
+    async def _send(
+        self, key: str, address: Address, text: str, blocks: list[Block] | None, post_id: int | None
+    ) -> tuple[str, str] | None:
+        """Post now, unless the session's owed posts wait in the outbox; an owed one (`post_id`) that does not
+        land is the outbox's to deliver."""
+        outbox = self._outbox
         if outbox is not None and outbox.backlogged(key):
             if post_id is not None:
                 outbox.handed_over(key, post_id, tried=False)
@@ -346,7 +388,7 @@ class SlackEdge:
     def _reply(self, key: str) -> ReplyStream:
         session = self._sessions.get(key)
         if session.reply is None:
-            session.reply = ReplyStream(
+            session.reply = reply = ReplyStream(
                 post=lambda text, blocks, owed: self.post(key, text, blocks, owed=owed),
                 edit=self._edit,
                 enqueue=lambda operation: self._put(key, operation),
@@ -356,6 +398,7 @@ class SlackEdge:
                 overflow=lambda text, continued: self._upload_answer(key, text, continued),
                 overflow_chars=self._upload_over_chars,
             )
+            session.unsent.append(reply)
         return session.reply
 
     def _edit(self, channel: str, ts: str, text: str, blocks: list[Block], final: bool) -> None:
@@ -376,7 +419,29 @@ class SlackEdge:
             await self._store.set_call_display([call.id for call in message.calls], place)
 
     def _notice(self, key: str, text: str) -> None:
-        self._put(key, lambda: self._post_line(key, text))
+        line = _Line(text)
+        self._sessions.get(key).unsent.append(line)
+
+        async def post() -> None:
+            if line.take():
+                await self._post_line(key, text)
+
+        self._put(key, post)
+
+    async def _send_owed(self, key: str, owed: list[tuple[int, OwedPost]]) -> None:
+        """Posts a turn's last save owed (`owed_posts`), as the queue would have posted them had it owed them."""
+        address = await self._sessions.address(key)
+        for post_id, post in owed:
+            if address is None:
+                await self._hand_over(key, [post_id])
+            else:
+                await self._send(key, address, post.text, post.blocks, post_id)
+
+    async def _hand_over(self, key: str, post_ids: list[int]) -> None:
+        """Posts a turn's last save owed (`owed_posts`): the outbox delivers them, once."""
+        if self._outbox is not None:
+            for post_id in post_ids:
+                self._outbox.handed_over(key, post_id, tried=False)
 
     async def _upload(self, key: str, filename: str, content: bytes | str, comment: str) -> str | None:
         """Into the session's thread; None on success, else why not (a heartbeat session may have none yet)."""
@@ -415,3 +480,24 @@ class SlackEdge:
             if error in _STATUS_UNAVAILABLE:
                 self._status_available = False
                 log.info("assistant.threads.setStatus is not available (%s); not showing 'thinking'", error)
+
+
+class _Line:
+    """A notice waiting in its session's queue: posted when the queue reaches it, unless handed over first."""
+
+    __slots__ = ("_taken", "_text")
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self._taken = False
+
+    def take(self) -> bool:
+        """Whether the queue is to post it (it was not handed over)."""
+        taken, self._taken = self._taken, True
+        return not taken
+
+    def owe_rest(self) -> list[tuple[str, list[Block] | None]]:
+        return [(self._text, None)] if self.take() else []
+
+    def finished_posting(self) -> bool:
+        return self._taken

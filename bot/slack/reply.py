@@ -24,6 +24,8 @@ then edited about once a second.
 A part whose post does not land is not lost. A complete part is posted as owed, so
 the outbox delivers it if Slack does not take it now; a part still growing waits
 (`deferred`) for the end of the answer and is then posted, complete, the same way.
+Complete parts not posted yet when the turn ends are handed over (`owe_rest`) to be owed
+by the turn's last save, and never posted here.
 When the answer ends while its calls' final states are still queued behind the edit
 budget, its last part carries those outcomes, so it never sits next to a status
 message that still reads "running".
@@ -92,6 +94,8 @@ class ReplyStream:
     _finished: asyncio.Event = field(default_factory=asyncio.Event)
     _flush_queued: bool = False
     _deferred: bool = False  # a part still growing did not land: the rest waits for the end of the answer
+    _posting: bool = False  # a part's post is under way (it owes itself before it is tried)
+    _handed: range = range(0)  # the parts owed elsewhere (`owe_rest`), never posted here
 
     def add(self, delta: str) -> None:
         self.text += delta
@@ -109,6 +113,35 @@ class ReplyStream:
             self.done = True
             self._finished.set()
             self._sync()
+
+    def owe_rest(self) -> list[tuple[str, list[Block] | None]]:
+        """The complete parts not posted (nor being posted), as messages, handed to the caller to owe and deliver.
+
+        They stay in `parts` as owed elsewhere, so this stream never posts them; a part still growing is
+        not handed (it is posted, owed, when it is complete). Nothing is handed of an answer not shown as
+        messages (held back while quiet, or grown past `overflow_chars`)."""
+        if not self._spoken or self._held_back() or self._oversized():
+            return []
+        first = len(self.parts) + self._posting
+        handed: list[tuple[str, list[Block] | None]] = []
+        for index in range(first, len(self._chunks)):
+            if not (self.done or index < len(self._chunks) - 1):
+                break
+            handed.append(self._message(index, self._chunks[index], True))
+        if handed:
+            self._handed = range(first, first + len(handed))
+            self._take_handed()
+        return handed
+
+    def finished_posting(self) -> bool:
+        """Whether every part is posted or owed: nothing more can come of this stream."""
+        shown_elsewhere = self._held_back() or self._oversized()  # a quiet word, or an upload
+        return self.done and not self._posting and (len(self.parts) >= len(self._chunks) or shown_elsewhere)
+
+    def _take_handed(self) -> None:
+        """Count the handed parts as owed elsewhere once the parts before them are there."""
+        while not self._posting and len(self.parts) in self._handed:
+            self.parts.append(_Part(None, None, self._chunks[len(self.parts)], True))
 
     def _held_back(self) -> bool:
         """A quiet answer shows nothing until done, and nothing at all if it is just the quiet word."""
@@ -149,6 +182,7 @@ class ReplyStream:
                 await asyncio.wait_for(self._finished.wait(), self.first_post_wait_s)
         try:
             while not self._held_back() and not self._oversized():
+                self._take_handed()
                 chunks = self._chunks
                 index = len(self.parts)
                 if index >= len(chunks):
@@ -158,7 +192,11 @@ class ReplyStream:
                 if self._deferred and not sealed:
                     break
                 text, blocks = self._message(index, chunk, sealed)
-                where = await self.post(text, blocks, sealed)
+                self._posting = True
+                try:
+                    where = await self.post(text, blocks, sealed)
+                finally:
+                    self._posting = False
                 if where is not None:
                     self.parts.append(_Part(*where, chunk, sealed))
                 elif sealed:

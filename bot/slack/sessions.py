@@ -13,17 +13,18 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.filters import session_key
 from bot.slack.queues import Operation
+from bot.slack.render import Block
 from bot.slack.reply import ReplyStream
 from bot.store import Store
-from bot.types import Speaker
+from bot.types import OwedPost, Speaker
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,19 @@ class Address:
         )
 
 
+class Unsent(Protocol):
+    """Something the edge has decided to post in a session and has not owed in the store yet (an answer, a
+    notice): what a turn's last save owes for it (`SlackEdge.owed_posts`)."""
+
+    def owe_rest(self) -> list[tuple[str, list[Block] | None]]:
+        """The messages not posted nor owed yet, handed to the caller to owe: this never posts them itself."""
+        ...
+
+    def finished_posting(self) -> bool:
+        """Whether nothing more can come of it (posted, or handed over)."""
+        ...
+
+
 @dataclass(slots=True)
 class SessionState:
     """What the edge keeps of one session between the engine's reports."""
@@ -67,6 +81,8 @@ class SessionState:
     reply: ReplyStream | None = None
     turn_requester: str | None = None
     held: list[Operation] | None = None  # a quiet turn's operations, until it is known whether it says anything
+    unsent: list[Unsent] = field(default_factory=list)  # in the order they were decided
+    handed: list[OwedPost] = field(default_factory=list)  # what the turn's last save owes, until it names the ids
 
 
 class Sessions:

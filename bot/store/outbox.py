@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from bot.clock import utcnow
 from bot.store.db import Db, Row
 from bot.store.schema import dumps, ts
+from bot.types import OwedPost
 
 _UPSERT_EDIT = """
 INSERT INTO outbox (session_key, channel, ts, text, blocks, created_at, replica) VALUES (?, ?, ?, ?, ?, ?, ?)
@@ -93,12 +94,8 @@ class OutboxQueries:
     ) -> int:
         """Record a post before it is tried; returns its id (settle it with `settle_post` once Slack has it)."""
         async with self._write() as db:
-            rows = await db.fetch(
-                "INSERT INTO outbox (session_key, channel, thread_ts, text, blocks, created_at, replica) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
-                *(session_key, channel, thread_ts, text, _dumps(blocks), ts(utcnow()), self.replica),
-            )
-            return int(rows[0][0])
+            [post_id] = await owe_posts(db, [OwedPost(session_key, channel, thread_ts, text, blocks)], self.replica)
+            return post_id
 
     async def settle_post(self, post_id: int) -> None:
         async with self._write() as db:
@@ -130,6 +127,20 @@ class OutboxQueries:
         async with self._read() as db:
             rows = await db.fetch(f"SELECT * FROM outbox WHERE {OWN} ORDER BY id", self.replica, self.replica)
         return [owed_message(row) for row in rows]
+
+
+async def owe_posts(db: Db, posts: Sequence[OwedPost], replica: str | None) -> list[int]:
+    """Owe `posts` inside the caller's transaction (a turn's last save owes its answer with it); their ids."""
+    now = ts(utcnow())
+    ids = []
+    for post in posts:
+        rows = await db.fetch(
+            "INSERT INTO outbox (session_key, channel, thread_ts, text, blocks, created_at, replica) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            *(post.session_key, post.channel, post.thread_ts, post.text, _dumps(post.blocks), now, replica),
+        )
+        ids.append(int(rows[0][0]))
+    return ids
 
 
 def _dumps(value: Any) -> str | None:

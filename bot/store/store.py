@@ -26,12 +26,13 @@ from bot.store.calls import CallQueries
 from bot.store.db import Db, Row
 from bot.store.forgetting import ForgetQueries
 from bot.store.inbox import InboxQueries, mark_answered, mark_stored
-from bot.store.outbox import OutboxQueries
+from bot.store.outbox import OutboxQueries, owe_posts
 from bot.store.processes import ProcessQueries
 from bot.store.reminder_posts import ReminderPostQueries
 from bot.store.reminders import ReminderQueries
 from bot.store.schema import dumps, ts
 from bot.store.usage import UsageQueries
+from bot.types import OwedPost
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,14 +214,17 @@ class Store(
         inbox_ids: Sequence[int] = (),
         turn_id: str | None = None,
         answered: bool = False,
-    ) -> None:
+        owed: Sequence[OwedPost] = (),
+    ) -> list[int]:
         """Append in order, all or nothing; KeyError if the session is unknown.
 
         `inbox_ids` name the inbox rows whose text these messages carry: they are marked stored by
         `turn_id` in the same transaction. `answered` closes the turn: the session's stored rows are answered.
+        `owed` are posts the edge has yet to deliver (the answer, a notice): owed in the outbox in the same
+        transaction, so a message is never answered in the store and unsaid in Slack. Returns their ids.
         """
-        if not messages and not inbox_ids and not answered:
-            return
+        if not messages and not inbox_ids and not answered and not owed:
+            return []
         now = ts(utcnow())
         bodies = [(str(message["role"]), dumps(message)) for message in messages]
         async with self._write() as db:
@@ -237,3 +241,4 @@ class Store(
                 await mark_stored(db, inbox_ids, turn_id)
             if answered:
                 await mark_answered(db, key)
+            return await owe_posts(db, owed, self.replica)
