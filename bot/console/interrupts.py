@@ -8,11 +8,11 @@ the terminal (where it is a key), so both count presses and word the hint the sa
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 from bot.agent.engine import Engine
 from bot.calls.registry import CallRegistry
+from bot.concurrency import TaskSet
 
 BY = "you (Ctrl-C)"
 
@@ -24,7 +24,7 @@ class Interrupts:
         self._registry = registry
         self._say = say
         self._presses = 0
-        self._cancels: set[asyncio.Task[object]] = set()
+        self._cancels = TaskSet()
 
     def reset(self) -> None:
         """The turn ended (or a new one began): the next press cancels calls again rather than a turn."""
@@ -48,7 +48,5 @@ class Interrupts:
             cancel = engine.cancel_calls(self._key, by=BY)
         else:
             return False
-        task: asyncio.Task[object] = asyncio.ensure_future(cancel)
-        self._cancels.add(task)
-        task.add_done_callback(self._cancels.discard)
+        self._cancels.spawn(cancel, "console-cancel")
         return True

@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from bot.clock import utcnow
+from bot.concurrency import TaskSet, backoff_s
 from bot.store import PostState, Store
 from bot.types import ReminderOutcome, ReminderPost
 
@@ -43,7 +44,7 @@ class ReminderPoster:
         self._edge = edge
         self._first_backoff_s = first_backoff_s
         self._retry_window_s = retry_window_s
-        self._retries: set[asyncio.Task[None]] = set()
+        self._retries = TaskSet()
 
     async def deliver(self, post: ReminderPost) -> ReminderOutcome:
         """One attempt now; a post that did not land is retried in the background. Returns the first outcome."""
@@ -64,10 +65,7 @@ class ReminderPoster:
 
     async def stop(self) -> None:
         """Stop retrying; what is still owed stays in the store for the next start."""
-        for task in self._retries:
-            task.cancel()
-        if self._retries:
-            await asyncio.wait(self._retries)
+        await self._retries.close()
 
     async def _attempt(self, post: ReminderPost) -> ReminderOutcome:
         try:
@@ -87,15 +85,13 @@ class ReminderPoster:
         return outcome
 
     def _retry_later(self, post: ReminderPost, *, attempt: int) -> None:
-        task = asyncio.create_task(self._retry(post, attempt), name=f"reminder-post:{post.reminder_id}")
-        self._retries.add(task)
-        task.add_done_callback(self._retries.discard)
+        self._retries.spawn(self._retry(post, attempt), f"reminder-post:{post.reminder_id}")
 
     async def _retry(self, post: ReminderPost, attempt: int) -> None:
         deadline_s = self._retry_window_s
         while True:
             if attempt:
-                await asyncio.sleep(min(MAX_BACKOFF_S, self._first_backoff_s * 2 ** (attempt - 1)))
+                await asyncio.sleep(backoff_s(attempt, first_s=self._first_backoff_s, max_s=MAX_BACKOFF_S))
             if await self._attempt(post) is not ReminderOutcome.RETRY:
                 return
             attempt += 1

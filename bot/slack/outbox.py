@@ -28,6 +28,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.concurrency import backoff_s
 from bot.slack.metrics import Metrics
 from bot.slack.posts import PostFailed, PostQueue, PostRejected, thread_holds
 from bot.store import OwedMessage, Store
@@ -159,7 +160,7 @@ class Outbox:
             results = await asyncio.gather(*(self._deliver(messages) for messages in sessions.values()))
             if not all(results):
                 attempt = max(self._attempts.values(), default=1)
-                self._not_before = self._clock() + min(RETRY_MAX_S, RETRY_BASE_S * 2 ** (attempt - 1))
+                self._not_before = self._clock() + backoff_s(attempt, first_s=RETRY_BASE_S, max_s=RETRY_MAX_S)
                 self._wake.set()
 
     async def _deliver(self, messages: list[OwedMessage]) -> bool:
