@@ -19,7 +19,7 @@ from bot.config import load_settings
 from bot.errors import ConfigError, ThreadbotError
 from tools.base import ToolContext, ToolError
 from tools.run_command import shell_tool
-from tools.sandbox import Limits, ShellPolicy, environment, resolver_binds
+from tools.sandbox import MASKED, Limits, ShellPolicy, environment, resolver_binds
 
 STOPS_S = 5.0
 """Far inside the 30 s a command would take; loose enough for a loaded machine."""
@@ -86,6 +86,26 @@ async def test_the_network_is_off_unless_asked_for(tmp_path: Path) -> None:
     assert off["output"].split() == ["lo"]
     on = await shell_tool(ShellPolicy(network=True)).run({"command": command}, Probe(tmp_path).ctx)
     assert sorted(on["output"].split()) == _host_interfaces()
+
+
+def _host_secrets() -> dict[str, list[str]]:
+    """The lines of each file to hide that this process (and so, unfenced, its shell) can read."""
+    readable = [path for path in MASKED if os.path.isfile(path) and os.access(path, os.R_OK)]
+    return {
+        path: [line for line in Path(path).read_text(errors="replace").splitlines() if line.strip()]
+        for path in readable
+    }
+
+
+async def test_the_hosts_secrets_under_etc_are_hidden_even_from_a_daemon_that_runs_as_root(tmp_path: Path) -> None:
+    secrets = _host_secrets()
+    if not secrets:
+        pytest.skip("nothing under /etc this user could read: the sandbox has nothing to hide from it")
+    command = " ; ".join(f"cat {path}" for path in secrets) + " ; ls -A /etc/ssh /etc/ssl/private ; head -1 /etc/passwd"
+    output = (await shell_tool(ShellPolicy()).run({"command": command}, Probe(tmp_path).ctx))["output"]
+    leaked = [path for path, lines in secrets.items() if any(line in output for line in lines)]
+    assert leaked == [], f"{leaked} readable from the sandbox"
+    assert output.rstrip().splitlines()[-1].startswith("root:"), "the rest of /etc stays readable"
 
 
 def test_only_listed_names_pass_and_never_a_secret() -> None:

@@ -28,6 +28,12 @@ SANDBOX_WORK_DIR = "/work"
 """Where the session's work dir appears inside the sandbox: a fixed path says nothing of the host's layout."""
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 """Bound read-only when present; a symlink (a merged /usr) is recreated as the same symlink."""
+MASKED = (
+    *("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers", "/etc/sudoers.d"),
+    *("/etc/ssh", "/etc/ssl/private", "/etc/threadbot.env"),
+)
+"""Secrets under the read-only /etc, hidden (an empty file or folder in their place): a daemon that runs as
+root owns them, and the owner reads a 0600 file without any capability."""
 PASSED_THROUGH = ("PATH", "LANG", "TZ", "TERM")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SECRET_PREFIXES = ("SLACK_", "ANTHROPIC_", "BOT_")
@@ -151,6 +157,11 @@ def wrap(policy: ShellPolicy, argv: list[str], work_dir: Path) -> tuple[list[str
             fence += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             fence += ["--ro-bind", path, path]
+    for path in MASKED:
+        if os.path.isdir(path) and not os.path.islink(path):
+            fence += ["--tmpfs", path, "--remount-ro", path]
+        elif os.path.lexists(path):
+            fence += ["--ro-bind", "/dev/null", path]
     if policy.network:
         fence += resolver_binds()
     fence += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
