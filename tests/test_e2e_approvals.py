@@ -85,7 +85,7 @@ def wait_status_now(world: World, thread_ts: str):  # type: ignore[no-untyped-de
     return found[0] if found else None
 
 
-async def test_a_denial_reaches_the_model_and_the_line_says_who(own: World) -> None:
+async def test_a_denial_or_a_cancel_while_waiting_reaches_the_model_and_the_line_says_who(own: World) -> None:
     slack, daemon = own.slack, own.daemon
     daemon.env = BUILT_IN
     await daemon.start()
@@ -103,6 +103,16 @@ async def test_a_denial_reaches_the_model_and_the_line_says_who(own: World) -> N
     await wait_text(slack, "C1", event["ts"], "Not removed.")
     await slack.wait_for(lambda: "denied by <@U1>" in status.text, WAIT_S, "the line names who denied")
     assert "denied by U1; it did not run" in result_of(own, "clean up", rm["id"])
+
+    ls = tool_use("run_command", {"command": "ls"})
+    own.script.add("list it", Reply.tools(ls), Reply.text_only("Withdrawn."))
+    event = await mention(slack, "C1", "list it")
+    status = await wait_status(slack, "C1", event["ts"])
+    await slack.wait_for(lambda: "cancel_call" in buttons(status.blocks), WAIT_S, "the buttons")
+    click = slack.block_action("C1", status.ts, "cancel_call", ls["id"], user="U1")
+    await slack.wait_ack(await slack.send_interactive(click))
+    await wait_text(slack, "C1", event["ts"], "Withdrawn.")
+    await slack.wait_for(lambda: "cancelled by <@U1>" in status.text, WAIT_S, "a call cancelled while it waited")
 
 
 async def test_a_pending_approval_outlives_a_kill_and_its_buttons_still_work(own: World) -> None:
