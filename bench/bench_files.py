@@ -26,9 +26,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import aiohttp  # noqa: E402
 from fakes.slack_api import FakeSlack  # noqa: E402
-from slack_sdk.web.async_client import AsyncWebClient  # noqa: E402
 from support import line  # noqa: E402
 
+from bot.slack.client import SlackClient  # noqa: E402
 from bot.slack.files import FileLimits, FileReader  # noqa: E402
 
 ROUNDS = 30
@@ -66,7 +66,7 @@ async def worst_stall_ms(action: Callable[[], Awaitable[object]]) -> float:
 
 async def main() -> None:
     async with FakeSlack() as slack, aiohttp.ClientSession() as session:
-        client = AsyncWebClient(token="xoxb-bench", base_url=slack.api_url, session=session)
+        client = SlackClient(token="xoxb-bench", base_url=slack.api_url, session=session)
         reader = FileReader(client, FileLimits(max_bytes=6_000_000, total_max_bytes=20_000_000, text_max_chars=200_000))
         cases = [
             ("png 100 KB", slack.files.share("a.png", PNG + bytes(100_000), "image/png")),

@@ -26,9 +26,9 @@ ROOT = HERE.parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(HERE.parent)]
 
 from fakes.slack_api import FakeSlack  # noqa: E402
-from slack_sdk.web.async_client import AsyncWebClient  # noqa: E402
 from support import pct  # noqa: E402
 
+from bot.slack.client import SlackClient  # noqa: E402
 from bot.slack.edits import EditScheduler  # noqa: E402
 
 SCALE = 120.0  # a real minute in 0.5 s
@@ -44,7 +44,7 @@ def real(seconds: float) -> float:
 
 async def run(threads: int) -> None:
     async with FakeSlack() as slack:
-        client = AsyncWebClient(token="xoxb-bench", base_url=slack.api_url)
+        client = SlackClient(token="xoxb-bench", base_url=slack.api_url)
         messages = []
         for start in range(0, threads, 100):
             batch = range(start, min(threads, start + 100))

@@ -19,12 +19,12 @@ import anthropic
 import pytest
 from fakes.anthropic_api import FakeAnthropic
 from fakes.slack_api import FakeSlack
-from slack_sdk.web.async_client import AsyncWebClient
 from store_backends import any_store, pg_dsn, pg_jobs_dsn, store_backend, store_opener
 
 from bot.app import Core, open_core
 from bot.config import Settings, load_settings
 from bot.model.anthropic import AnthropicProvider
+from bot.slack.client import SlackClient
 from bot.toolcall import CallStatus, ToolCall
 from bot.types import EngineOutput, OwedPost, ReminderOutcome, ReminderPost, TurnOutcome
 from tools.base import SharedFile
@@ -57,9 +57,9 @@ async def slack() -> AsyncIterator[FakeSlack]:
 
 
 @pytest.fixture
-def client(slack: FakeSlack) -> AsyncWebClient:
+def client(slack: FakeSlack) -> SlackClient:
     """The real slack_sdk client, pointed at the fake."""
-    return AsyncWebClient(token="xoxb-test", base_url=slack.api_url)
+    return SlackClient(token="xoxb-test", base_url=slack.api_url)
 
 
 # --- settings --------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The edit budget against the fake Slack, through the real AsyncWebClient: coalescing, spacing, the global rate,
+"""The edit budget against the fake Slack, through the real SlackClient: coalescing, spacing, the global rate,
 429/5xx handling, priority, and the guarantee that a final state lands unless the message is gone."""
 
 from __future__ import annotations
@@ -14,17 +14,17 @@ import aiohttp
 import pytest
 from fakes.slack_api import ApiCall, FakeSlack
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler, AsyncServerErrorRetryHandler
-from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.config import Settings
 from bot.slack.app import REQUEST_TIMEOUT_S, build_client, slack_http_session
+from bot.slack.client import SlackClient
 from bot.slack.edits import EditScheduler
 
 MakeScheduler = Callable[..., Awaitable[EditScheduler]]
 
 
 @pytest.fixture
-async def make_scheduler(client: AsyncWebClient) -> AsyncIterator[MakeScheduler]:
+async def make_scheduler(client: SlackClient) -> AsyncIterator[MakeScheduler]:
     """Started schedulers with a generous budget unless a test says otherwise; always closed afterwards."""
     made: list[EditScheduler] = []
 
@@ -40,7 +40,7 @@ async def make_scheduler(client: AsyncWebClient) -> AsyncIterator[MakeScheduler]
         await scheduler.close(timeout_s=1)
 
 
-async def post(client: AsyncWebClient, n: int = 1, channel: str = "C1") -> list[str]:
+async def post(client: SlackClient, n: int = 1, channel: str = "C1") -> list[str]:
     """Post ``n`` bot messages to edit; returns their ts."""
     return [str((await client.chat_postMessage(channel=channel, text=f"msg {i}"))["ts"]) for i in range(n)]
 
@@ -54,7 +54,7 @@ def edits(slack: FakeSlack, ts: str, channel: str = "C1") -> list[str]:
 
 
 async def test_rapid_updates_coalesce_and_the_last_text_lands(
-    slack: FakeSlack, client: AsyncWebClient, make_scheduler: MakeScheduler
+    slack: FakeSlack, client: SlackClient, make_scheduler: MakeScheduler
 ) -> None:
     [ts] = await post(client)
     edits_ = await make_scheduler()
@@ -73,7 +73,7 @@ async def test_rapid_updates_coalesce_and_the_last_text_lands(
 
 
 async def test_edits_of_one_message_are_spaced(
-    slack: FakeSlack, client: AsyncWebClient, make_scheduler: MakeScheduler
+    slack: FakeSlack, client: SlackClient, make_scheduler: MakeScheduler
 ) -> None:
     [ts, other] = await post(client, 2)
     edits_ = await make_scheduler(min_interval_s=0.1)
@@ -89,7 +89,7 @@ async def test_edits_of_one_message_are_spaced(
 
 
 async def test_final_lands_through_a_429_storm_and_every_edit_pauses(
-    slack: FakeSlack, client: AsyncWebClient, make_scheduler: MakeScheduler
+    slack: FakeSlack, client: SlackClient, make_scheduler: MakeScheduler
 ) -> None:
     [ts, other] = await post(client, 2)
     edits_ = await make_scheduler(max_in_flight=1)
@@ -134,7 +134,7 @@ async def test_the_daemons_edit_client_leaves_every_429_to_the_scheduler(
 
 
 async def test_final_lands_through_server_errors(
-    slack: FakeSlack, client: AsyncWebClient, make_scheduler: MakeScheduler
+    slack: FakeSlack, client: SlackClient, make_scheduler: MakeScheduler
 ) -> None:
     [ts] = await post(client)
     edits_ = await make_scheduler()
@@ -148,7 +148,7 @@ async def test_final_lands_through_server_errors(
 
 @pytest.mark.parametrize("error", ["message_not_found", "channel_not_found", "cant_update_message", "is_archived"])
 async def test_gone_message_gives_up_without_looping(
-    slack: FakeSlack, client: AsyncWebClient, make_scheduler: MakeScheduler, error: str
+    slack: FakeSlack, client: SlackClient, make_scheduler: MakeScheduler, error: str
 ) -> None:
     [ts] = await post(client)
     edits_ = await make_scheduler()
@@ -160,7 +160,7 @@ async def test_gone_message_gives_up_without_looping(
 
 
 async def test_real_gone_answers_from_slack(
-    slack: FakeSlack, client: AsyncWebClient, make_scheduler: MakeScheduler
+    slack: FakeSlack, client: SlackClient, make_scheduler: MakeScheduler
 ) -> None:
     users_message = slack.user_message("C1", "not ours")["ts"]
     edits_ = await make_scheduler()
@@ -172,7 +172,7 @@ async def test_real_gone_answers_from_slack(
 
 
 async def test_rejected_progress_is_dropped_but_a_rejected_final_is_retried(
-    slack: FakeSlack, client: AsyncWebClient, make_scheduler: MakeScheduler
+    slack: FakeSlack, client: SlackClient, make_scheduler: MakeScheduler
 ) -> None:
     [ts] = await post(client)
     edits_ = await make_scheduler()
@@ -188,7 +188,7 @@ async def test_rejected_progress_is_dropped_but_a_rejected_final_is_retried(
 
 
 async def test_finals_first_then_the_longest_waiting_message(
-    slack: FakeSlack, client: AsyncWebClient, make_scheduler: MakeScheduler
+    slack: FakeSlack, client: SlackClient, make_scheduler: MakeScheduler
 ) -> None:
     blocker, a, b, c = await post(client, 4)
     edits_ = await make_scheduler(max_in_flight=1)
@@ -210,7 +210,7 @@ async def test_finals_first_then_the_longest_waiting_message(
 
 
 async def test_a_final_is_never_replaced_by_a_non_final(
-    slack: FakeSlack, client: AsyncWebClient, make_scheduler: MakeScheduler
+    slack: FakeSlack, client: SlackClient, make_scheduler: MakeScheduler
 ) -> None:
     blocker, queued, in_flight = await post(client, 3)
     edits_ = await make_scheduler(max_in_flight=1)
@@ -238,7 +238,7 @@ async def test_a_final_is_never_replaced_by_a_non_final(
 
 
 async def test_the_whole_process_stays_within_the_bucket(
-    slack: FakeSlack, client: AsyncWebClient, make_scheduler: MakeScheduler
+    slack: FakeSlack, client: SlackClient, make_scheduler: MakeScheduler
 ) -> None:
     per_minute, burst = 1200, 5  # 20/s: the bucket, not latency, sets the pace
     messages = await post(client, 50)
@@ -260,7 +260,7 @@ async def test_the_whole_process_stays_within_the_bucket(
 
 
 async def test_close_flushes_finals_and_drops_progress(
-    slack: FakeSlack, client: AsyncWebClient, make_scheduler: MakeScheduler
+    slack: FakeSlack, client: SlackClient, make_scheduler: MakeScheduler
 ) -> None:
     blocker, final, progress = await post(client, 3)
     edits_ = await make_scheduler(max_in_flight=1)
@@ -277,7 +277,7 @@ async def test_close_flushes_finals_and_drops_progress(
 
 
 async def test_close_gives_up_after_its_timeout(
-    slack: FakeSlack, client: AsyncWebClient, make_scheduler: MakeScheduler, caplog: pytest.LogCaptureFixture
+    slack: FakeSlack, client: SlackClient, make_scheduler: MakeScheduler, caplog: pytest.LogCaptureFixture
 ) -> None:
     [ts] = await post(client)
     edits_ = await make_scheduler()
@@ -291,7 +291,7 @@ async def test_close_gives_up_after_its_timeout(
 
 
 async def test_a_stalled_edit_holds_up_only_its_own_message(
-    slack: FakeSlack, client: AsyncWebClient, make_scheduler: MakeScheduler
+    slack: FakeSlack, client: SlackClient, make_scheduler: MakeScheduler
 ) -> None:
     """Slack accepts the call and never answers: the other threads' edits keep flowing, the stalled one is retried."""
     stuck, *others = await post(client, 4)
@@ -326,7 +326,7 @@ async def test_slack_clients_have_a_bounded_timeout(slack: FakeSlack, make_setti
 
 
 async def test_among_finals_the_oldest_final_goes_first(
-    slack: FakeSlack, client: AsyncWebClient, make_scheduler: MakeScheduler
+    slack: FakeSlack, client: SlackClient, make_scheduler: MakeScheduler
 ) -> None:
     """A message that has shown progress for long must not jump ahead of a final that has waited longer."""
     blocker, early, late = await post(client, 3)
@@ -342,7 +342,7 @@ async def test_among_finals_the_oldest_final_goes_first(
     assert [call.params["ts"] for call in updates(slack)][1:] == [early, late]
 
 
-async def test_a_replica_spends_its_share_of_the_workspace_budget(client: AsyncWebClient) -> None:
+async def test_a_replica_spends_its_share_of_the_workspace_budget(client: SlackClient) -> None:
     clock = [100.0]
     edits_ = EditScheduler(client, per_minute=60, burst=1, clock=lambda: clock[0])
     edits_.share_budget(3)  # three live replicas: 20 a minute each

@@ -15,11 +15,11 @@ import pytest
 from conftest import CoreFactory
 from fakes.anthropic_api import FakeAnthropic, Reply, tool_use, user_texts
 from fakes.slack_api import FakeSlack, event_callback_body
-from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.fence import untrusted
 from bot.app import Core
 from bot.slack import history
+from bot.slack.client import SlackClient
 from bot.slack.edits import EditScheduler
 from bot.slack.events import DENIAL, MessageRouter
 from bot.slack.metrics import Metrics
@@ -36,7 +36,7 @@ class Rig:
     metrics: Metrics
     edits: EditScheduler
     core: Core
-    client: AsyncWebClient
+    client: SlackClient
     edge: SlackEdge
 
     async def send(self, event: dict[str, Any]) -> None:
@@ -50,7 +50,7 @@ class Rig:
 
 
 async def make_rig(slack: FakeSlack, fake: FakeAnthropic, core_factory: CoreFactory, **settings: Any) -> Rig:
-    client = AsyncWebClient(token="xoxb-test", base_url=slack.api_url)
+    client = SlackClient(token="xoxb-test", base_url=slack.api_url)
     edits = EditScheduler(client, min_interval_s=0.01)
     await edits.start()
     edge = SlackEdge(client, edits, team_id="T1")

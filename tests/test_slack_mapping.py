@@ -16,11 +16,11 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from slack_sdk.errors import SlackApiError
 
 from bot.agent.engine import Delivery
 from bot.agent.fence import said
 from bot.config import load_settings
+from bot.errors import SlackRefused
 from bot.slack.events import MessageRouter
 from bot.slack.filters import classify, session_key
 from bot.slack.metrics import Metrics
@@ -128,7 +128,7 @@ class QuietEdge:
 
 class NoHistoryClient:
     async def conversations_replies(self, **kwargs: Any) -> Any:
-        raise SlackApiError("no history here", {"ok": False, "error": "thread_not_found"})
+        raise SlackRefused("conversations.replies", "thread_not_found", error="thread_not_found", status=200)
 
 
 @given(deliveries())

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from fakes.slack_api import FakeSlack, StoredMessage
-from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import outbox as outbox_module
+from bot.slack.client import SlackClient
 from bot.slack.edits import EditScheduler
 from bot.slack.journal import FinalJournal
 from bot.slack.outbox import marker
@@ -28,7 +28,7 @@ WAIT_S = 10.0
 @dataclass
 class Rig:
     slack: FakeSlack
-    client: AsyncWebClient
+    client: SlackClient
     store: Store
     root: str
     edge: SlackEdge | None = None
@@ -59,7 +59,7 @@ class Rig:
 async def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Rig]:
     monkeypatch.setattr(outbox_module, "RETRY_BASE_S", 0.2)
     async with FakeSlack() as slack:
-        client = AsyncWebClient(token="xoxb-test", base_url=slack.api_url)
+        client = SlackClient(token="xoxb-test", base_url=slack.api_url)
         store = await SqliteStore.open(tmp_path / "bot.db")
         root = slack.user_message("C1", "<@UBOT> hi", user="U1")["ts"]
         address = {"edge": "slack", "team": "T1", "channel": "C1", "thread_ts": root, "requester": "U1"}

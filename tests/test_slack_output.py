@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 from fakes.slack_api import FakeSlack, StoredMessage
-from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.clock import utcnow
+from bot.slack.client import SlackClient
 from bot.slack.edits import EditScheduler
 from bot.slack.output import SlackEdge
 from bot.store import SqliteStore, Store
@@ -44,7 +44,7 @@ class Rig:
 @pytest.fixture
 async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     async with FakeSlack() as slack:
-        client = AsyncWebClient(token="xoxb-test", base_url=slack.api_url)
+        client = SlackClient(token="xoxb-test", base_url=slack.api_url)
         edits = EditScheduler(client, per_minute=6000, burst=100, min_interval_s=0.01)
         await edits.start()
         store = await SqliteStore.open(tmp_path / "bot.db")
@@ -79,7 +79,7 @@ async def test_an_answer_streams_into_one_message_and_ends_complete(rig: Rig) ->
 
 async def test_a_quick_answer_is_posted_whole_without_edits(tmp_path: Path) -> None:
     async with FakeSlack() as slack:
-        client = AsyncWebClient(token="xoxb-test", base_url=slack.api_url)
+        client = SlackClient(token="xoxb-test", base_url=slack.api_url)
         edits = EditScheduler(client)
         await edits.start()
         store = await SqliteStore.open(tmp_path / "bot.db")
@@ -301,7 +301,7 @@ async def test_after_a_crash_the_status_message_shows_its_calls_orphaned(rig: Ri
     assert (await rig.store.displays_of(["toolu_run"]))[f"C1:{status.ts}"]
 
     orphans = await rig.store.orphan_open_calls()
-    restarted = SlackEdge(AsyncWebClient(token="xoxb-test", base_url=rig.slack.api_url), rig.edits, team_id="T1")
+    restarted = SlackEdge(SlackClient(token="xoxb-test", base_url=rig.slack.api_url), rig.edits, team_id="T1")
     restarted.attach(rig.store)
     await restarted.repaint(orphans)
     await rig.slack.wait_for(lambda: "👻" in status.text and "✅" in status.text, WAIT_S)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from fakes.slack_api import FakeSlack, StoredMessage
-from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.slack.client import SlackClient
 from bot.slack.edits import EditScheduler
 from bot.slack.output import SlackEdge
 from bot.store import SqliteStore, Store
@@ -35,7 +35,7 @@ class Rig:
 @pytest.fixture
 async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     async with FakeSlack() as slack:
-        client = AsyncWebClient(token="xoxb-test", base_url=slack.api_url)
+        client = SlackClient(token="xoxb-test", base_url=slack.api_url)
         edits = EditScheduler(client, per_minute=6000, burst=100, min_interval_s=0.01)
         await edits.start()
         store = await SqliteStore.open(tmp_path / "bot.db")

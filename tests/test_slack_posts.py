@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 from fakes.slack_api import FakeSlack
-from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.slack.client import SlackClient
 from bot.slack.posts import PostFailed, PostQueue, PostRejected
 
 SCALE = 10.0  # the fake's minute passes in 6 s: ten posts a second per channel, on both sides
@@ -18,7 +18,7 @@ def posted(slack: FakeSlack, channel: str) -> list[str]:
     return [m.text for m in slack.messages(channel)]
 
 
-async def test_posts_are_paced_per_channel_and_keep_their_order(slack: FakeSlack, client: AsyncWebClient) -> None:
+async def test_posts_are_paced_per_channel_and_keep_their_order(slack: FakeSlack, client: SlackClient) -> None:
     slack.limit_posts_like_slack(burst=3, time_scale=SCALE)
     posts = PostQueue(client, per_second=SCALE, burst=3)
     texts = {channel: [f"{channel} {i}" for i in range(12)] for channel in ("C1", "C2")}
@@ -36,7 +36,7 @@ async def test_posts_are_paced_per_channel_and_keep_their_order(slack: FakeSlack
     assert slack.rate_limited["chat.postMessage"] <= 6 and posts.stats.sent == 24
 
 
-async def test_a_429_pauses_the_channel_for_its_retry_after(slack: FakeSlack, client: AsyncWebClient) -> None:
+async def test_a_429_pauses_the_channel_for_its_retry_after(slack: FakeSlack, client: SlackClient) -> None:
     posts = PostQueue(client)
     slack.fail("chat.postMessage", status=429, retry_after=1, times=2)
     assert await posts.post(channel="C1", text="finally")
@@ -46,7 +46,7 @@ async def test_a_429_pauses_the_channel_for_its_retry_after(slack: FakeSlack, cl
     assert (posts.stats.rate_limited, posts.stats.sent) == (2, 1)
 
 
-async def test_a_post_that_never_lands_is_handed_back_not_dropped(slack: FakeSlack, client: AsyncWebClient) -> None:
+async def test_a_post_that_never_lands_is_handed_back_not_dropped(slack: FakeSlack, client: SlackClient) -> None:
     posts = PostQueue(client, give_up_after_s=0.8, call_timeout_s=0.3)
     slack.fail("chat.postMessage", status=500, times=None)
     with pytest.raises(PostFailed):
@@ -58,7 +58,7 @@ async def test_a_post_that_never_lands_is_handed_back_not_dropped(slack: FakeSla
     assert posts.stats.failed == 2 and posted(slack, "C1") == []
 
 
-async def test_a_refused_post_says_why(slack: FakeSlack, client: AsyncWebClient) -> None:
+async def test_a_refused_post_says_why(slack: FakeSlack, client: SlackClient) -> None:
     posts = PostQueue(client)
     slack.fail("chat.postMessage", status=200, error="channel_not_found")
     with pytest.raises(PostRejected) as refused:

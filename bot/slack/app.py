@@ -20,7 +20,6 @@ from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
 from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.logger.messages import warning_client_prioritized_and_token_skipped, warning_token_skipped
-from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncRateLimitErrorRetryHandler,
     AsyncServerErrorRetryHandler,
@@ -29,10 +28,11 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.concurrency import TaskSet
 from bot.config import Settings
-from bot.errors import ConfigError, ThreadbotError
+from bot.errors import ConfigError, SlackResponseError, SlackUnreachable, ThreadbotError
 from bot.slack import tokens
 from bot.slack.approvals import ApprovalButtons
 from bot.slack.cancel import Canceller
+from bot.slack.client import SlackClient
 from bot.slack.events import MessageRouter
 from bot.slack.forget import FORGET_ACTION
 from bot.slack.metrics import Metrics
@@ -57,8 +57,9 @@ def slack_http_session(timeout_s: float = REQUEST_TIMEOUT_S) -> aiohttp.ClientSe
 
 def build_client(
     settings: Settings, session: aiohttp.ClientSession | None = None, *, retry_rate_limits: bool = True
-) -> AsyncWebClient:
-    """A Web API client pointed at `SLACK_API_URL`, retrying 429s (per Retry-After) and 5xx itself.
+) -> SlackClient:
+    """A Web API client pointed at `SLACK_API_URL`, retrying 429s (per Retry-After) and 5xx itself, and
+    raising the project's `SlackError`s (bot/slack/client.py) once it gives up.
 
     Pass a `session` from `slack_http_session()`: without one, slack_sdk opens a new aiohttp session, and a new
     connection, for every call, which under load costs more than the calls themselves. A session without a
@@ -71,7 +72,7 @@ def build_client(
     if session is not None and not 0 < (session.timeout.total or 0) <= REQUEST_TIMEOUT_S:
         raise ValueError(f"a Slack client's session needs a total timeout of at most {REQUEST_TIMEOUT_S}s")
     base_url = settings.slack_api_url if settings.slack_api_url.endswith("/") else settings.slack_api_url + "/"
-    client = AsyncWebClient(
+    client = SlackClient(
         token=settings.slack_bot_token.get_secret_value(),
         base_url=base_url,
         timeout=REQUEST_TIMEOUT_S,
@@ -121,11 +122,9 @@ async def _identify(client: AsyncWebClient) -> Identity:
     """`auth.test`, turned into one clear line when the token is wrong or Slack cannot be reached."""
     try:
         response = await client.auth_test()
-    except SlackApiError as exc:
-        raise ConfigError(tokens.refused(tokens.BOT, exc.response.get("error"), client.base_url)) from None
-    except TimeoutError:
-        raise  # the session's own bound: `meet_slack` words it as its own
-    except (aiohttp.ClientError, OSError) as exc:  # OSError covers refused connections
+    except SlackResponseError as exc:
+        raise ConfigError(tokens.refused(tokens.BOT, exc.error, client.base_url)) from None
+    except SlackUnreachable as exc:
         raise _unreachable(client, exc) from exc
     return Identity(
         team_id=str(response["team_id"]),
@@ -140,16 +139,14 @@ async def _check_app_token(client: AsyncWebClient, app_token: str) -> None:
     """Ask for a Socket Mode URL once: the SDK's own connect retries a refused token forever, quietly."""
     try:
         await client.apps_connections_open(app_token=app_token)
-    except SlackApiError as exc:
-        raise ConfigError(tokens.refused(tokens.APP, exc.response.get("error"), client.base_url)) from None
-    except TimeoutError:
-        raise
-    except (aiohttp.ClientError, OSError) as exc:
+    except SlackResponseError as exc:
+        raise ConfigError(tokens.refused(tokens.APP, exc.error, client.base_url)) from None
+    except SlackUnreachable as exc:
         raise _unreachable(client, exc) from exc
 
 
-def _unreachable(client: AsyncWebClient, exc: BaseException) -> ThreadbotError:
-    return ThreadbotError(f"cannot reach Slack at {client.base_url} (SLACK_API_URL): {str(exc) or type(exc).__name__}")
+def _unreachable(client: AsyncWebClient, exc: SlackUnreachable) -> ThreadbotError:
+    return ThreadbotError(f"cannot reach Slack at {client.base_url} (SLACK_API_URL): {exc.reason}")
 
 
 class _ExpectedBoltNotices(logging.Filter):

@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 import time
 
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.errors import SlackResponseError
 from bot.policy import Asker
 from bot.slack.sessions import Sessions
 
@@ -40,11 +40,8 @@ class PolicyAskers:
         if time.monotonic() - self._fetched_at > GROUPS_FRESH_S:
             try:
                 response = await self._client.usergroups_list(include_users=True)
-            except SlackApiError as exc:
-                log.warning(
-                    "usergroups.list failed (%s): group rules of the tool policy match nobody",
-                    exc.response.get("error"),
-                )
+            except SlackResponseError as exc:
+                log.warning("usergroups.list failed (%s): group rules of the tool policy match nobody", exc.error)
             else:
                 members: dict[str, set[str]] = {}
                 for group in response.get("usergroups") or []:

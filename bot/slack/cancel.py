@@ -21,12 +21,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.engine import Engine
 from bot.calls.registry import CallRegistry
 from bot.config import Settings
+from bot.errors import SlackResponseError
 from bot.slack.admission import Admission, team_of
 from bot.slack.filters import may_cancel
 from bot.slack.metrics import Metrics
@@ -137,5 +137,5 @@ async def explain(client: AsyncWebClient, body: dict[str, Any], user: str, text:
         return
     try:
         await client.chat_postEphemeral(channel=channel, user=user, text=text, thread_ts=container.get("thread_ts"))
-    except SlackApiError as exc:
-        log.info("chat.postEphemeral failed: %s", exc.response.get("error"))
+    except SlackResponseError as exc:
+        log.info("chat.postEphemeral failed: %s", exc.error)

@@ -23,15 +23,14 @@ import logging
 import random
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.concurrency import TokenBucket, backoff_s
+from bot.errors import SlackRateLimited, SlackResponseError, SlackUnavailable, SlackUnreachable
 from bot.slack.journal import FinalJournal
 from bot.slack.render import EmptyMessage, sendable
 from bot.store import OwedMessage
@@ -44,8 +43,6 @@ Key = tuple[str, str]  # (channel, ts)
 GONE_ERRORS = frozenset(
     {"message_not_found", "channel_not_found", "cant_update_message", "is_archived", "edit_window_closed"}
 )
-# ok:false errors that say "try again later" rather than "this request is wrong".
-TRANSIENT_ERRORS = frozenset({"ratelimited", "fatal_error", "internal_error", "service_unavailable", "request_timeout"})
 BACKOFF_BASE_S = 0.25
 BACKOFF_MAX_S = 30.0
 # How many finalised messages to remember, so a late progress update cannot overwrite a final one.
@@ -283,7 +280,7 @@ class EditScheduler:
                 await self._client.chat_update(
                     channel=edit.channel, ts=edit.ts, text=edit.text, blocks=edit.blocks, parse="none", link_names=False
                 )
-        except SlackApiError as exc:
+        except SlackResponseError as exc:
             self._on_api_error(edit, exc)
         except asyncio.CancelledError:
             # Stopped mid-call (close() ran out of time): a final is still owed, and counted as such.
@@ -298,8 +295,8 @@ class EditScheduler:
                 "chat.update %s/%s: no answer within %.0fs; retrying", edit.channel, edit.ts, self._call_timeout_s
             )
             self._requeue(edit, backoff=True)
-        except (aiohttp.ClientError, OSError) as exc:
-            log.warning("chat.update %s/%s failed (%r); retrying", edit.channel, edit.ts, exc)
+        except SlackUnreachable as exc:
+            log.warning("chat.update %s/%s failed (%s); retrying", edit.channel, edit.ts, exc.reason)
             self._requeue(edit, backoff=True)
         except Exception:  # a bug or an SDK surprise must neither kill the worker nor lose a final
             log.exception("chat.update %s/%s raised unexpectedly; retrying", edit.channel, edit.ts)
@@ -312,21 +309,19 @@ class EditScheduler:
             self._last_sent = {k: t for k, t in self._last_sent.items() if t > now - self._min_interval_s}
             self._last_sent[(edit.channel, edit.ts)] = now
 
-    def _on_api_error(self, edit: _Edit, exc: SlackApiError) -> None:
-        status: int = exc.response.status_code
-        data = exc.response.data
-        error = data.get("error") if isinstance(data, dict) else None
+    def _on_api_error(self, edit: _Edit, exc: SlackResponseError) -> None:
+        error = exc.error
         where = f"{edit.channel}/{edit.ts}"
-        if status == 429:
-            pause_s = retry_after_s(exc.response.headers)
+        if isinstance(exc, SlackRateLimited):
+            pause_s = exc.retry_after_s
             now = self._clock()
             self.stats.rate_limited += 1
             self._paused_until = max(self._paused_until, now + pause_s)
             self._bucket.drain(now)
             log.warning("chat.update rate limited at %s; pausing all edits for %.0fs", where, pause_s)
             self._requeue(edit, backoff=False)
-        elif status >= 500 or error in TRANSIENT_ERRORS:
-            log.warning("chat.update %s failed (HTTP %d, %s); retrying", where, status, error)
+        elif isinstance(exc, SlackUnavailable):
+            log.warning("chat.update %s failed (HTTP %s, %s); retrying", where, exc.status, error)
             self._requeue(edit, backoff=True)
         elif error in GONE_ERRORS:
             self.stats.gone += 1
@@ -358,11 +353,3 @@ class EditScheduler:
             newer.final_at = min(newer.final_at, edit.final_at)
         newer.not_before = max(newer.not_before, edit.not_before)
         newer.attempts = edit.attempts
-
-
-def retry_after_s(headers: Mapping[str, str]) -> float:
-    """Slack sends whole seconds; anything unreadable means 1 s rather than no pause at all."""
-    try:
-        return max(1.0, float(headers.get("Retry-After", "1")))
-    except (TypeError, ValueError):
-        return 1.0

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.engine import Delivery, Engine
@@ -36,6 +35,7 @@ from bot.agent.protocol import text_block
 from bot.clock import utcnow
 from bot.concurrency import TaskSet
 from bot.config import Settings
+from bot.errors import SlackResponseError
 from bot.slack.admission import Admission
 from bot.slack.files import TOO_SLOW, FileLimits, FileReader, unread
 from bot.slack.filters import Incoming, addressed, classify, deleted_message, may_cancel
@@ -348,9 +348,9 @@ class MessageRouter:
         """Add a reaction; one that is there already is fine, any other failure only logged."""
         try:
             await self._client.reactions_add(channel=channel, timestamp=ts, name=name)
-        except SlackApiError as exc:
-            if exc.response.get("error") != "already_reacted":
-                log.info("reactions.add %s failed: %s", name, exc.response.get("error"))
+        except SlackResponseError as exc:
+            if exc.error != "already_reacted":
+                log.info("reactions.add %s failed: %s", name, exc.error)
 
 
 def _content(text: str, file_blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:

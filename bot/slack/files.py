@@ -29,12 +29,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.fence import untrusted
 from bot.agent.protocol import text_block, truncate
 from bot.config import Settings
+from bot.errors import SlackResponseError
 
 log = logging.getLogger(__name__)
 
@@ -159,8 +159,8 @@ class FileReader:
             return item
         try:
             response = await self._client.files_info(file=str(item["id"]))
-        except SlackApiError as exc:
-            raise Skipped(f"no access (files.info: {exc.response.get('error')})") from None
+        except SlackResponseError as exc:
+            raise Skipped(f"no access (files.info: {exc.error})") from None
         file = response.get("file")
         if not isinstance(file, dict):
             raise Skipped("no access (files.info returned no file)")

@@ -13,11 +13,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from slack_sdk.errors import SlackApiError
 from slack_sdk.models.blocks import ActionsBlock, ButtonElement, SectionBlock
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.engine import Engine
+from bot.errors import SlackResponseError
 from bot.store.forgetting import Forgetting
 
 log = logging.getLogger(__name__)
@@ -85,5 +85,5 @@ class ForgetDialog:
             await self._forgetting.forget(session_key)
             log.info("forgot session %s at the request of %s", session_key, user)
             await self._client.chat_update(channel=channel, ts=str(message.get("ts")), text=DONE, blocks=[])
-        except SlackApiError as exc:
-            log.warning("could not answer the forget button: %s", exc.response.get("error"))
+        except SlackResponseError as exc:
+            log.warning("could not answer the forget button: %s", exc.error)

@@ -22,11 +22,10 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import aiohttp
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.fence import history, said
+from bot.errors import SlackResponseError, SlackUnreachable
 from bot.slack.filters import strip_mention
 from bot.text import clean_text
 from bot.types import Speaker
@@ -132,10 +131,10 @@ async def thread_context(
             if pages >= MAX_PAGES:
                 unread = bool((page.get("response_metadata") or {}).get("next_cursor"))
                 break
-    except SlackApiError as exc:
-        log.warning("conversations.replies %s/%s failed: %s", channel, thread_ts, exc.response.get("error"))
+    except SlackResponseError as exc:
+        log.warning("conversations.replies %s/%s failed: %s", channel, thread_ts, exc.error)
         unread = True  # whatever came after the pages already read
-    except (aiohttp.ClientError, TimeoutError) as exc:  # the message is answered without (all of) its context
+    except (SlackUnreachable, TimeoutError) as exc:  # the message is answered without (all of) its context
         log.warning("conversations.replies %s/%s did not answer: %r", channel, thread_ts, exc)
         unread = True
     if root is None:

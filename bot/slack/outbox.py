@@ -25,10 +25,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.concurrency import backoff_s
+from bot.errors import SlackError
 from bot.slack.metrics import Metrics
 from bot.slack.posts import PostFailed, PostQueue, PostRejected, thread_holds
 from bot.store import OwedMessage, Store
@@ -181,7 +181,7 @@ class Outbox:
                     self._metrics.inc("slack_posts_total")
             except PostRejected as exc:
                 log.error("Slack refused an owed post in %s for good (%s); dropping it", message.channel, exc.error)
-            except (PostFailed, SlackApiError, OSError) as exc:
+            except (PostFailed, SlackError, TimeoutError) as exc:
                 self._attempts[message.id] = self._attempts.get(message.id, 0) + 1
                 self._maybe_landed.add(message.id)
                 log.warning("an owed post in %s is still not delivered (%s); will retry", message.channel, exc)

@@ -27,10 +27,10 @@ import logging
 import time
 from typing import Any
 
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.calls.summary import arguments_text
+from bot.errors import SlackResponseError
 from bot.slack.askers import PolicyAskers
 from bot.slack.edits import EditScheduler
 from bot.slack.metrics import Metrics
@@ -475,8 +475,8 @@ class SlackEdge:
                 channel_id=address.channel, thread_ts=address.thread_ts, status=THINKING if on else ""
             )
             address.thinking = on
-        except SlackApiError as exc:
-            error = exc.response.get("error")
+        except SlackResponseError as exc:
+            error = exc.error
             if error in _STATUS_UNAVAILABLE:
                 self._status_available = False
                 log.info("assistant.threads.setStatus is not available (%s); not showing 'thinking'", error)

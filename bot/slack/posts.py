@@ -22,12 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.concurrency import TokenBucket, backoff_s
-from bot.slack.edits import TRANSIENT_ERRORS, retry_after_s
+from bot.errors import SlackRateLimited, SlackRefused, SlackUnavailable, SlackUnreachable
 
 log = logging.getLogger(__name__)
 
@@ -121,22 +119,21 @@ class PostQueue:
                         )
                     self.stats.sent += 1
                     return str(response["ts"])
-                except SlackApiError as exc:
-                    status, error = exc.response.status_code, _error(exc)
-                    if status == 429:
-                        self.stats.rate_limited += 1
-                        pause_s = retry_after_s(exc.response.headers)
-                        pace.paused_until = max(pace.paused_until, self._clock() + pause_s)
-                        pace.bucket.drain(self._clock())
-                        log.info("chat.postMessage rate limited in %s; pausing its posts for %.0fs", channel, pause_s)
-                        delay_s = 0.0
-                    elif status >= 500 or error in TRANSIENT_ERRORS:
-                        delay_s = self._backoff_s(attempts)
-                        log.warning("chat.postMessage in %s failed (HTTP %d, %s); retrying", channel, status, error)
-                    else:
-                        self.stats.rejected += 1
-                        raise PostRejected(error or f"HTTP {status}") from None
-                except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                except SlackRateLimited as exc:
+                    self.stats.rate_limited += 1
+                    pace.paused_until = max(pace.paused_until, self._clock() + exc.retry_after_s)
+                    pace.bucket.drain(self._clock())
+                    log.info(
+                        "chat.postMessage rate limited in %s; pausing its posts for %.0fs", channel, exc.retry_after_s
+                    )
+                    delay_s = 0.0
+                except SlackUnavailable as exc:
+                    delay_s = self._backoff_s(attempts)
+                    log.warning("chat.postMessage in %s failed (HTTP %s, %s); retrying", channel, exc.status, exc.error)
+                except SlackRefused as exc:
+                    self.stats.rejected += 1
+                    raise PostRejected(exc.reason) from None
+                except (TimeoutError, SlackUnreachable) as exc:
                     delay_s = self._backoff_s(attempts)
                     log.warning("chat.postMessage in %s failed (%r); retrying", channel, exc)
                 attempts += 1
@@ -164,15 +161,10 @@ class PostQueue:
         return backoff_s(attempts + 1, first_s=BACKOFF_BASE_S, max_s=BACKOFF_MAX_S, jitter=random.random())
 
 
-def _error(exc: SlackApiError) -> str | None:
-    data = exc.response.data
-    return data.get("error") if isinstance(data, dict) else None
-
-
 async def thread_holds(
     client: AsyncWebClient, *, channel: str, thread_ts: str, mark: dict[str, Any], max_pages: int | None = None
 ) -> bool:
-    """Whether the thread holds a message carrying the metadata `mark` (SlackApiError if it cannot be read):
+    """Whether the thread holds a message carrying the metadata `mark` (a `SlackError` if it cannot be read):
     how a post that may have landed before a 500 or a kill is recognised before it is tried again. The
     walk starts at the root; past `max_pages` pages it gives up, and the post goes out unchecked."""
     first = await client.conversations_replies(channel=channel, ts=thread_ts, include_all_metadata=True, limit=200)

@@ -15,10 +15,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import aiohttp
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.errors import SlackResponseError, SlackUnreachable
 from bot.slack.posts import PostFailed, PostQueue, PostRejected, thread_holds
 from bot.types import ReminderOutcome, ReminderPost
 
@@ -52,7 +51,7 @@ def _payload(post: ReminderPost) -> dict[str, Any]:
 
 
 async def already_posted(client: AsyncWebClient, *, channel: str, thread_ts: str, post: ReminderPost) -> bool:
-    """Whether the thread holds a message marked as this run (SlackApiError if it cannot be read)."""
+    """Whether the thread holds a message marked as this run (a `SlackError` if it cannot be read)."""
     return await thread_holds(client, channel=channel, thread_ts=thread_ts, mark=mark(post), max_pages=MAX_PAGES)
 
 
@@ -80,10 +79,10 @@ async def post_reminder(
         error = str(exc)
         log.warning("reminder %d in %s not posted: %s", post.reminder_id, channel, error)
         return (ReminderOutcome.UNDELIVERABLE if error in PERMANENT_ERRORS else ReminderOutcome.RETRY), None
-    except SlackApiError as exc:  # the thread could not be read
-        log.warning("reminder %d in %s not checked: %s", post.reminder_id, channel, exc.response.get("error"))
+    except SlackResponseError as exc:  # the thread could not be read
+        log.warning("reminder %d in %s not checked: %s", post.reminder_id, channel, exc.error)
         return ReminderOutcome.RETRY, None
-    except (PostFailed, aiohttp.ClientError, TimeoutError, OSError) as exc:  # still failing after the retries
+    except (PostFailed, SlackUnreachable, TimeoutError) as exc:  # still failing after the retries
         log.warning("reminder %d in %s not posted: %r", post.reminder_id, channel, exc)
         return ReminderOutcome.RETRY, None
     return ReminderOutcome.POSTED, ts

@@ -16,9 +16,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.errors import SlackResponseError
 from bot.slack.filters import session_key
 from bot.slack.queues import Operation
 from bot.slack.render import Block
@@ -205,8 +205,8 @@ class Sessions:
         if user not in self._profiles:
             try:
                 response = await self._client.users_info(user=user)
-            except SlackApiError as exc:
-                log.warning("users.info %s failed: %s", user, exc.response.get("error"))
+            except SlackResponseError as exc:
+                log.warning("users.info %s failed: %s", user, exc.error)
                 return {}
             found = response.get("user")
             self._profiles[user] = found if isinstance(found, dict) else {}

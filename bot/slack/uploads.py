@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import logging
 
-import aiohttp
-from slack_sdk.errors import SlackApiError, SlackRequestError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.errors import SlackError
 from bot.slack.render import defuse
 
 log = logging.getLogger(__name__)
@@ -42,11 +41,9 @@ async def upload(
             content=content,
             initial_comment=comment,
         )
-    except SlackApiError as exc:
-        error = str(exc.response.get("error"))
-    except SlackRequestError as exc:  # the upload URL itself refused the bytes
-        error = str(exc)
-    except (aiohttp.ClientError, TimeoutError, OSError) as exc:  # still failing after the client's retries
+    except SlackError as exc:  # still failing after the client's retries
+        error = exc.reason
+    except TimeoutError as exc:
         error = type(exc).__name__
     else:
         return None
