@@ -79,11 +79,13 @@ async def test_an_answer_slack_refuses_for_a_while_is_delivered_later_once_and_i
     edge.text_delta(KEY, "The answer is 42.")
     edge.text_done(KEY)
     edge.notice(KEY, "⚠️ and a notice after it")
-    assert edge.outbox is not None
-    await rig.slack.wait_for(lambda: edge.outbox is not None and edge.outbox.owed == 2, WAIT_S, "both owed")
+    assert edge.threads.outbox is not None
+    await rig.slack.wait_for(
+        lambda: edge.threads.outbox is not None and edge.threads.outbox.owed == 2, WAIT_S, "both owed"
+    )
     assert rig.posts() == []
     rig.slack.clear_failures()
-    assert await edge.outbox.idle(WAIT_S)
+    assert await edge.threads.outbox.idle(WAIT_S)
     assert [p.text for p in rig.posts()] == ["The answer is 42.", "⚠️ and a notice after it"]
     assert await rig.store.owed_messages() == []
 
@@ -108,10 +110,12 @@ async def test_what_waits_in_the_queue_when_the_turn_saves_is_owed_by_that_save_
     ids = await rig.store.append_messages(KEY, [], owed=owed)
     assert [m.id for m in await rig.store.owed_messages()] == ids, "owed before anything is tried"
     edge.turn_finished(TurnOutcome(KEY, owed_posts=ids))
-    assert edge.outbox is not None
-    await rig.slack.wait_for(lambda: edge.outbox is not None and edge.outbox.owed == 2, WAIT_S, "handed over")
+    assert edge.threads.outbox is not None
+    await rig.slack.wait_for(
+        lambda: edge.threads.outbox is not None and edge.threads.outbox.owed == 2, WAIT_S, "handed over"
+    )
     rig.slack.clear_failures()
-    assert await edge.outbox.idle(WAIT_S)
+    assert await edge.threads.outbox.idle(WAIT_S)
     assert [p.text for p in rig.posts()] == ["first", "second", "The answer is 42."]
     assert [p.extra.get("metadata") for p in rig.posts()[1:]] == [marker(post_id) for post_id in ids]
     assert await rig.store.owed_messages() == []
@@ -126,9 +130,9 @@ async def test_an_answer_owed_by_the_turns_save_is_posted_by_its_queue_when_slac
     ids = await rig.store.append_messages(KEY, [], owed=edge.owed_posts(KEY))
     edge.turn_finished(TurnOutcome(KEY, owed_posts=ids))
     await rig.slack.wait_for(lambda: len(rig.posts()) == 2 and not edge.busy_sessions, WAIT_S, "the answer")
-    assert edge.outbox is not None and await edge.outbox.idle(WAIT_S)
+    assert edge.threads.outbox is not None and await edge.threads.outbox.idle(WAIT_S)
     assert [(p.text, p.extra.get("metadata")) for p in rig.posts()[1:]] == [("The answer is 42.", marker(ids[0]))]
-    assert edge.outbox.delivered == 0, "posted by the session's queue, not retried"
+    assert edge.threads.outbox.delivered == 0, "posted by the session's queue, not retried"
     assert await rig.store.owed_messages() == []
 
 
@@ -142,12 +146,12 @@ async def test_what_a_stopped_process_owed_is_delivered_by_the_next_and_never_tw
     await rig.store.owe_edits([OwedEdit("", "C1", status, "✅ done", None)])
 
     await rig.start()
-    assert rig.edge is not None and rig.edge.outbox is not None and rig.edits is not None
-    assert await rig.edge.outbox.idle(WAIT_S)
+    assert rig.edge is not None and rig.edge.threads.outbox is not None and rig.edits is not None
+    assert await rig.edge.threads.outbox.idle(WAIT_S)
     await rig.edits.idle(WAIT_S)
     texts = [p.text for p in rig.posts()]
     assert texts == ["✅ done", "posted just before the crash", "never posted"]
-    assert rig.edge.outbox.duplicates_avoided == 1 and await rig.store.owed_messages() == []
+    assert rig.edge.threads.outbox.duplicates_avoided == 1 and await rig.store.owed_messages() == []
 
 
 async def test_final_edits_left_at_a_stop_are_kept_and_land_after_the_restart(rig: Rig) -> None:
@@ -183,7 +187,7 @@ async def test_a_status_post_that_failed_is_posted_in_its_final_state(rig: Rig) 
     call.transition(CallStatus.COMPLETED)
     edge.call_changed(call)
     await rig.slack.wait_for(lambda: rig.posts(), WAIT_S, "the status, posted final")
-    assert edge.outbox is not None and await edge.outbox.idle(WAIT_S)
+    assert edge.threads.outbox is not None and await edge.threads.outbox.idle(WAIT_S)
     [status] = rig.posts()
     assert "✅" in status.text and "running" not in status.text
 

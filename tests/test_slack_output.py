@@ -331,9 +331,11 @@ async def test_no_post_or_edit_is_ever_empty(rig: Rig) -> None:
 
 
 async def test_the_last_guard_refuses_empty_messages(rig: Rig) -> None:
-    assert await rig.edge.post(KEY, "  \n", [{"type": "markdown", "text": " "}]) is None
+    assert await rig.edge.threads.post(KEY, "  \n", [{"type": "markdown", "text": " "}]) is None
     rig.edits.update("C1", rig.root, text="", blocks=[{"type": "markdown", "text": "\n"}], final=True)
-    where = await rig.edge.post(KEY, "", [{"type": "markdown", "text": "shown"}, {"type": "markdown", "text": ""}])
+    where = await rig.edge.threads.post(
+        KEY, "", [{"type": "markdown", "text": "shown"}, {"type": "markdown", "text": ""}]
+    )
     await rig.settle()
     assert where is not None and rig.slack.calls_to("chat.update") == []
     [call] = rig.slack.calls_to("chat.postMessage")

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Awaitable, Callable
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bot.slack import reply
+from bot.slack.render import Block
 from bot.slack.split import (
     MESSAGE_LIMIT,
     REOPEN_MAX_CHARS,
@@ -140,6 +142,28 @@ def test_tiny_limits_are_refused() -> None:
         split_text("x" * 100, 10)
 
 
+class NowhereThread:
+    """An answer's thread that never runs what is queued: only the split is under test."""
+
+    def enqueue(self, operation: Callable[[], Awaitable[None]]) -> None:
+        pass
+
+    async def post(self, text: str, blocks: list[Block], owed: bool) -> tuple[str, str] | None:
+        return None
+
+    def edit(self, channel: str, ts: str, text: str, blocks: list[Block], final: bool) -> None:
+        pass
+
+    def quiet_word(self) -> str | None:
+        return None
+
+    def outcomes(self) -> Block | None:
+        return None
+
+    async def upload(self, text: str, continued: bool) -> bool:
+        return False
+
+
 def test_a_streamed_answer_is_split_again_only_when_it_crosses_into_a_new_part(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -151,7 +175,7 @@ def test_a_streamed_answer_is_split_again_only_when_it_crosses_into_a_new_part(
         return split_chunks(text)
 
     monkeypatch.setattr(reply, "split_chunks", counting_split)
-    stream = reply.ReplyStream(post=None, edit=lambda *args: None, enqueue=lambda operation: None)  # type: ignore[arg-type]
+    stream = reply.ReplyStream(NowhereThread())
     code = "```sql\n" + "\n".join(f"SELECT {i} FROM t;" for i in range(400)) + "\n```\n\n"
     text = paragraphs(150, 120, seed=3) + "\n\n" + code + paragraphs(40, 80, seed=4)
     rng = random.Random(5)
@@ -216,7 +240,7 @@ def test_any_prefix_splits_into_a_prefix_of_the_split(text: str, limit: int, dat
 @settings(max_examples=100, deadline=None)
 @given(pieces=st.lists(_PIECES, max_size=400))
 def test_a_streamed_answer_keeps_exactly_the_split_of_its_text(pieces: list[str]) -> None:
-    stream = reply.ReplyStream(post=None, edit=lambda *args: None, enqueue=lambda operation: None)  # type: ignore[arg-type]
+    stream = reply.ReplyStream(NowhereThread())
     for piece in pieces:
         stream.add(piece)
     assert stream._chunks == split_text(stream.text)

@@ -8,15 +8,13 @@ message started which turn.
 
 What it knows of each session (its address, who asks there, a heartbeat thread
 opened by its first post) is kept in `Sessions`; how a heartbeat turn stays silent
-until it has something to say, in `QuietHold`.
+until it has something to say, in `QuietHold`; how a post reaches the thread, paced
+and owed until Slack has it, in `ThreadPosts`; one streamed answer, in `ReplyStream`.
 
-Posts go through the `PostQueue` (paced per channel). A message's last word (a
-notice, a reminder, a complete answer part, a final status) is owed: written to the
-store before it is tried and delivered by the `Outbox` if Slack does not take it
-now, after a restart included. What is still queued when a turn ends (its answer behind
-a slow post, a notice) is handed to the turn's last save (`owed_posts`), which owes it
-in the transaction that marks the message answered; the queue then posts it by that
-row, as any owed post. Final edits are kept the same way by the `EditScheduler`'s journal.
+What is still queued when a turn ends (its answer behind a slow post, a notice) is
+handed to the turn's last save (`owed_posts`), which owes it in the transaction that
+marks the message answered; the queue then posts it by that row, as any owed post.
+Final edits are kept the same way by the `EditScheduler`'s journal.
 """
 
 from __future__ import annotations
@@ -25,22 +23,23 @@ import asyncio
 import functools
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.calls.summary import arguments_text
-from bot.errors import SlackResponseError
 from bot.slack.askers import PolicyAskers
 from bot.slack.edits import EditScheduler
 from bot.slack.metrics import Metrics
-from bot.slack.outbox import Outbox, marker
-from bot.slack.posts import PostFailed, PostQueue, PostRejected
+from bot.slack.posts import PostQueue
 from bot.slack.queues import Operation, SerialQueues
 from bot.slack.quiet import QuietHold
 from bot.slack.reminder_post import post_reminder
 from bot.slack.render import (
     Block,
+    Edit,
     EmptyMessage,
     arguments_file,
     defuse,
@@ -51,19 +50,17 @@ from bot.slack.render import (
     who,
 )
 from bot.slack.reply import FIRST_POST_WAIT_S, ReplyStream
-from bot.slack.sessions import Address, Sessions
+from bot.slack.sessions import Sessions, SessionState
 from bot.slack.status import StatusBoard, StatusMessage
-from bot.slack.uploads import ANSWER_FILE, UPLOAD_OVER_CHARS, answer_comment, upload
+from bot.slack.thinking import ThinkingStatus
+from bot.slack.threads import ThreadPosts
+from bot.slack.uploads import ANSWER_FILE, UPLOAD_OVER_CHARS, answer_comment
 from bot.store import OwedMessage, Store
 from bot.toolcall import ToolCall
 from bot.types import OwedPost, ReminderOutcome, ReminderPost, Speaker, TurnOutcome
 from tools.base import SharedFile
 
 log = logging.getLogger(__name__)
-
-THINKING = "is thinking…"
-# assistant.threads.setStatus errors that mean "this app cannot use it at all": stop trying.
-_STATUS_UNAVAILABLE = frozenset({"unknown_method", "missing_scope", "not_allowed_token_type", "method_deprecated"})
 
 
 class SlackEdge:
@@ -83,7 +80,6 @@ class SlackEdge:
         """`posts` should use a client without the SDK's 429 retries (see `build_client`); by default, `client`."""
         self._client = client
         self._posts = posts or PostQueue(client)
-        self._outbox: Outbox | None = None
         self._upload_over_chars = upload_over_chars
         self._first_post_wait_s = first_post_wait_s
         self._edits = edits
@@ -91,32 +87,27 @@ class SlackEdge:
         self._store: Store | None = None
         self._queues = SerialQueues()
         self._sessions = Sessions(client, team_id=team_id)
-        self._status_available = True
-        self.board = StatusBoard(self._edit, repost=self._repost_status)
+        self.threads = ThreadPosts(client, self._posts, self._sessions, self._metrics)
+        self._thinking = ThinkingStatus(client, self._sessions)
+        self.board = StatusBoard(_edit_with(edits), repost=self._repost_status)
         self._quiet = QuietHold(self._sessions, abandon=self.board.abandon)
 
     def attach(self, store: Store) -> None:
         self._store = store
         self._sessions.attach(store)
-        self._outbox = Outbox(store, self._posts, self._client, metrics=self._metrics)
+        self.threads.attach(store)
 
     async def resume(self) -> None:
         """At start: deliver what a previous process owed Slack (posts through the outbox, final edits queued)."""
-        if self._outbox is not None:
-            self._edits.resume(await self._outbox.start())
+        self._edits.resume(await self.threads.resume())
 
     def take_over(self, owed: list[OwedMessage]) -> None:
         """Deliver what a gone replica owed Slack, as if this process had owed it."""
-        if self._outbox is not None:
-            self._edits.resume(self._outbox.take(owed))
-
-    @property
-    def outbox(self) -> Outbox | None:
-        return self._outbox
+        self._edits.resume(self.threads.take_over(owed))
 
     @property
     def outbox_owed(self) -> int:
-        return self._outbox.owed if self._outbox is not None else 0
+        return self.threads.owed
 
     # -- EngineOutput -----------------------------------------------------------------------
 
@@ -125,7 +116,7 @@ class SlackEdge:
 
     def model_call_started(self, session_key: str) -> None:
         """Slack clears "is thinking…" when the bot posts and after two minutes: set it again for every call."""
-        self._put(session_key, lambda: self._set_thinking(session_key, True))
+        self._put(session_key, lambda: self._thinking.show(session_key, True))
 
     def text_delta(self, session_key: str, delta: str) -> None:
         self._reply(session_key).add(delta)
@@ -200,10 +191,10 @@ class SlackEdge:
         async def share() -> None:
             address = await self._sessions.address(session_key)
             if address is not None and address.thread_ts is None:
-                await self.post(session_key, f"📎 {name}")  # a heartbeat session: this opens its thread
-            error = await self._upload(session_key, file.name, file.content, f"📎 {name}")
+                await self.threads.post(session_key, f"📎 {name}")  # a heartbeat session: this opens its thread
+            error = await self.threads.upload(session_key, file.name, file.content, f"📎 {name}")
             if error is not None:
-                await self._post_line(session_key, f"⚠️ Could not share {name} here ({error}).")
+                await self.threads.post(session_key, f"⚠️ Could not share {name} here ({error}).", owed=True)
 
         self._put(session_key, share)
 
@@ -216,7 +207,7 @@ class SlackEdge:
         address = state.address
         if address is not None and address.quiet_reply is not None:
             state.unsent.clear()
-        if self._outbox is None or address is None or address.thread_ts is None:
+        if self.threads.outbox is None or address is None or address.thread_ts is None:
             return []
         posts = []
         for unsent in state.unsent:
@@ -238,86 +229,17 @@ class SlackEdge:
             # Behind what the queue holds before them, ahead of anything posted later: the order is kept.
             owed: Operation
             if len(handed) == len(outcome.owed_posts):
-                owed = functools.partial(self._send_owed, key, list(zip(outcome.owed_posts, handed, strict=True)))
+                owed = functools.partial(
+                    self.threads.send_owed, key, list(zip(outcome.owed_posts, handed, strict=True))
+                )
             else:  # this edge forgot what it handed over (its state was evicted): the outbox reads the store
-                owed = functools.partial(self._hand_over, key, outcome.owed_posts)
+                owed = functools.partial(self.threads.hand_over, key, outcome.owed_posts)
             self._put(key, owed, holdable=False)
         self.text_done(key)  # a turn cancelled mid-answer never said text_done: seal what was shown
         if outcome.cancelled_by:
             self._notice(key, f"🛑 Stopped by {who(outcome.cancelled_by)}.")
-        self._put(key, lambda: self._set_thinking(key, False))
+        self._put(key, lambda: self._thinking.show(key, False))
         self._put(key, lambda: self._quiet.release(key, outcome.text), holdable=False)
-
-    # -- posting ----------------------------------------------------------------------------
-
-    async def post(
-        self,
-        key: str,
-        text: str,
-        blocks: list[Block] | None = None,
-        *,
-        owed: bool = False,
-    ) -> tuple[str, str] | None:
-        """Post in the session's thread, opening it first for a heartbeat session; (channel, ts), or None.
-
-        `owed`: the message's last word, kept in the store until Slack has it (None then means the outbox
-        delivers it). A message not owed that does not land is left to its caller. While the session has owed
-        posts waiting, later ones wait behind them, so they keep their order. Runs inside the session's queue,
-        so a heartbeat thread is opened exactly once.
-        """
-        address = await self._sessions.address(key)
-        if address is None:
-            log.warning("no Slack address for session %s; dropping a message", key)
-            return None
-        try:
-            text, blocks = sendable(text, blocks)
-        except EmptyMessage:
-            log.error("not posting an empty message in %s", key)
-            return None
-        post_id: int | None = None
-        if owed and self._outbox is not None:
-            post_id = await self._outbox.owe(key, address.channel, address.thread_ts, text, blocks)
-        return await self._send(key, address, text, blocks, post_id)
-
-    async def _send(
-        self, key: str, address: Address, text: str, blocks: list[Block] | None, post_id: int | None
-    ) -> tuple[str, str] | None:
-        """Post now, unless the session's owed posts wait in the outbox; an owed one (`post_id`) that does not
-        land is the outbox's to deliver."""
-        outbox = self._outbox
-        if outbox is not None and outbox.backlogged(key):
-            if post_id is not None:
-                outbox.handed_over(key, post_id, tried=False)
-            return None
-        try:
-            ts = await self._posts.post(
-                channel=address.channel,
-                thread_ts=address.thread_ts,
-                text=text,
-                blocks=blocks,
-                metadata=marker(post_id) if post_id is not None else None,
-            )
-        except PostRejected as exc:
-            self._metrics.inc("slack_errors_total")
-            log.error("chat.postMessage in %s refused (%s); not posted", key, exc.error)
-            if post_id is not None and outbox is not None:
-                await outbox.settle(post_id)
-            return None
-        except PostFailed as exc:
-            self._metrics.inc("slack_errors_total")
-            if post_id is not None and outbox is not None:
-                log.warning("chat.postMessage in %s: %s; the outbox will deliver it", key, exc)
-                outbox.handed_over(key, post_id, tried=True)
-            else:
-                log.warning("chat.postMessage in %s: %s; its final state will be posted instead", key, exc)
-            return None
-        if post_id is not None and outbox is not None:
-            await outbox.settle(post_id)
-        self._metrics.inc("slack_posts_total")
-        address.thinking = False  # Slack clears the status when the bot posts
-        if address.thread_ts is None:
-            await self._sessions.open_thread(key, address, ts)
-        return address.channel, ts
 
     async def repaint(self, orphans: list[ToolCall]) -> None:
         """At start: show calls a previous process left unfinished as 👻 on the status messages they were on."""
@@ -327,7 +249,7 @@ class SlackEdge:
             channel, _, ts = place.partition(":")
             # A new process knows nothing of the ids shown: a revision of its own, unlike any number before.
             text, blocks = status_message(calls, revision=f"r{time.time_ns()}")
-            self._edit(channel, ts, text, blocks, True)
+            self._edits.update(channel, ts, text=text, blocks=blocks, final=True)
 
     async def close(self, timeout_s: float = 10.0) -> None:
         """Let queued posts finish (the edits they leave behind are flushed by the scheduler's close)."""
@@ -335,9 +257,7 @@ class SlackEdge:
             self.text_done(key)
         if not await self._queues.drain(timeout_s):
             log.warning("shut down with Slack posts still queued")
-        if self._outbox is not None:
-            await self._outbox.idle(timeout_s / 2)
-            await self._outbox.close()
+        await self.threads.close(timeout_s / 2)
 
     @property
     def busy_sessions(self) -> int:
@@ -358,13 +278,8 @@ class SlackEdge:
         return self._sessions.request_session(channel, ts)
 
     async def say(self, channel: str, thread_ts: str, text: str, blocks: list[Block] | None = None) -> str | None:
-        """A line in a thread that is no session's (a refusal, a question to confirm), paced like every post;
-        its ts, or None when it did not land (it is not owed: the person may simply ask again)."""
-        try:
-            return await self._posts.post(channel=channel, thread_ts=thread_ts, text=text, blocks=blocks)
-        except (PostFailed, PostRejected) as exc:
-            log.warning("could not post in %s: %s", channel, exc)
-            return None
+        """A line in a thread that is no session's (`ThreadPosts.say`)."""
+        return await self.threads.say(channel, thread_ts, text, blocks)
 
     async def requesters(self, key: str, *, from_store: bool = False) -> set[str]:
         return await self._sessions.requesters(key, from_store=from_store)
@@ -388,31 +303,18 @@ class SlackEdge:
     def _reply(self, key: str) -> ReplyStream:
         session = self._sessions.get(key)
         if session.reply is None:
+            thread = _AnswerThread(key, session, self.threads, self._edits, self.board, self._put)
             session.reply = reply = ReplyStream(
-                post=lambda text, blocks, owed: self.post(key, text, blocks, owed=owed),
-                edit=self._edit,
-                enqueue=lambda operation: self._put(key, operation),
-                quiet=lambda: session.address.quiet_reply if session.address else None,
-                outcomes=lambda: self._outcomes(key),
-                first_post_wait_s=self._first_post_wait_s,
-                overflow=lambda text, continued: self._upload_answer(key, text, continued),
-                overflow_chars=self._upload_over_chars,
+                thread, first_post_wait_s=self._first_post_wait_s, overflow_chars=self._upload_over_chars
             )
             session.unsent.append(reply)
         return session.reply
-
-    def _edit(self, channel: str, ts: str, text: str, blocks: list[Block], final: bool) -> None:
-        self._edits.update(channel, ts, text=text, blocks=blocks, final=final)
-
-    def _outcomes(self, key: str) -> Block | None:
-        calls = self.board.awaiting_final(key, self._edits.owes_final)
-        return outcomes_block(calls) if calls else None
 
     def _repost_status(self, message: StatusMessage) -> None:
         self._put(message.session_key, lambda: self._post_status(message.session_key, message))
 
     async def _post_status(self, key: str, message: StatusMessage) -> None:
-        await self.board.post(message, lambda text, blocks, owed: self.post(key, text, blocks, owed=owed))
+        await self.board.post(message, lambda text, blocks, owed: self.threads.post(key, text, blocks, owed=owed))
         if message.channel and message.ts and self._store is not None:
             # Remembered so that after a crash the calls it shows can be repainted as orphaned.
             place = f"{message.channel}:{message.ts}"
@@ -424,62 +326,48 @@ class SlackEdge:
 
         async def post() -> None:
             if line.take():
-                await self._post_line(key, text)
+                await self.threads.post(key, text, owed=True)
 
         self._put(key, post)
 
-    async def _send_owed(self, key: str, owed: list[tuple[int, OwedPost]]) -> None:
-        """Posts a turn's last save owed (`owed_posts`), as the queue would have posted them had it owed them."""
-        address = await self._sessions.address(key)
-        for post_id, post in owed:
-            if address is None:
-                await self._hand_over(key, [post_id])
-            else:
-                await self._send(key, address, post.text, post.blocks, post_id)
 
-    async def _hand_over(self, key: str, post_ids: list[int]) -> None:
-        """Posts a turn's last save owed (`owed_posts`): the outbox delivers them, once."""
-        if self._outbox is not None:
-            for post_id in post_ids:
-                self._outbox.handed_over(key, post_id, tried=False)
+def _edit_with(edits: EditScheduler) -> Edit:
+    def edit(channel: str, ts: str, text: str, blocks: list[Block], final: bool) -> None:
+        edits.update(channel, ts, text=text, blocks=blocks, final=final)
 
-    async def _upload(self, key: str, filename: str, content: bytes | str, comment: str) -> str | None:
-        """Into the session's thread; None on success, else why not (a heartbeat session may have none yet)."""
-        address = await self._sessions.address(key)
-        if address is None or address.thread_ts is None:
-            return "no thread to share it in"
-        return await upload(
-            self._client,
-            channel=address.channel,
-            thread_ts=address.thread_ts,
-            filename=filename,
-            content=content,
-            comment=comment,
-        )
+    return edit
 
-    async def _upload_answer(self, key: str, text: str, continued: bool) -> bool:
-        return await self._upload(key, ANSWER_FILE, text, answer_comment(text, continued=continued)) is None
 
-    async def _post_line(self, key: str, text: str) -> None:
-        await self.post(key, text, owed=True)
+@dataclass(frozen=True, slots=True)
+class _AnswerThread:
+    """A session's thread as its streamed answer sees it (`AnswerThread`): queued, posted, edited in its thread."""
 
-    async def _set_thinking(self, key: str, on: bool) -> None:
-        """Show (or clear) "is thinking…" under the thread; apps without the feature just skip it."""
-        address = await self._sessions.address(key)
-        if address is None or address.thread_ts is None or not self._status_available:
-            return
-        if not on and not address.thinking:
-            return
-        try:
-            await self._client.assistant_threads_setStatus(
-                channel_id=address.channel, thread_ts=address.thread_ts, status=THINKING if on else ""
-            )
-            address.thinking = on
-        except SlackResponseError as exc:
-            error = exc.error
-            if error in _STATUS_UNAVAILABLE:
-                self._status_available = False
-                log.info("assistant.threads.setStatus is not available (%s); not showing 'thinking'", error)
+    key: str
+    session: SessionState
+    threads: ThreadPosts
+    edits: EditScheduler
+    board: StatusBoard
+    put: Callable[[str, Operation], None]
+
+    def enqueue(self, operation: Operation) -> None:
+        self.put(self.key, operation)
+
+    async def post(self, text: str, blocks: list[Block], owed: bool) -> tuple[str, str] | None:
+        return await self.threads.post(self.key, text, blocks, owed=owed)
+
+    def edit(self, channel: str, ts: str, text: str, blocks: list[Block], final: bool) -> None:
+        self.edits.update(channel, ts, text=text, blocks=blocks, final=final)
+
+    def quiet_word(self) -> str | None:
+        return self.session.address.quiet_reply if self.session.address else None
+
+    def outcomes(self) -> Block | None:
+        calls = self.board.awaiting_final(self.key, self.edits.owes_final)
+        return outcomes_block(calls) if calls else None
+
+    async def upload(self, text: str, continued: bool) -> bool:
+        comment = answer_comment(text, continued=continued)
+        return await self.threads.upload(self.key, ANSWER_FILE, text, comment) is None
 
 
 class _Line:

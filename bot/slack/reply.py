@@ -31,9 +31,8 @@ budget, its last part carries those outcomes, so it never sits next to a status
 message that still reads "running".
 
 An answer that grows past `overflow_chars` stops growing in Slack: the parts
-already shown are sealed as they are, and when it is done the whole of it goes
-to `overflow` (an upload as a file); if that fails, the rest is posted as
-messages after all.
+already shown are sealed as they are, and when it is done the whole of it is
+uploaded as a file; if that fails, the rest is posted as messages after all.
 
 A quiet session (the heartbeat's) is not streamed: its answer is posted once, when
 done, and not at all if it is exactly the quiet word. Whether a session is quiet is
@@ -48,18 +47,36 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from bot.slack.render import Block, Edit, Post, answer_message
+from bot.slack.render import Block, answer_message
 from bot.slack.split import MESSAGE_LIMIT, split_chunks, visible
 
 log = logging.getLogger(__name__)
 
 FIRST_POST_WAIT_S = 1.0
 
-Enqueue = Callable[[Callable[[], Awaitable[None]]], None]
-"""Queues an operation behind the session's other Slack operations."""
-Overflow = Callable[[str, bool], Awaitable[bool]]
-"""Takes a whole answer too long for messages (and whether its start is shown); False if it could not."""
+
+class AnswerThread(Protocol):
+    """What one streamed answer needs of its session's thread; the edge hands each answer one."""
+
+    def enqueue(self, operation: Callable[[], Awaitable[None]]) -> None:
+        """Queue an operation behind the session's other Slack operations."""
+
+    async def post(self, text: str, blocks: list[Block], owed: bool) -> tuple[str, str] | None:
+        """Post a part (run inside the queue); (channel, ts), or None if it did not land (owed: the outbox has it)."""
+
+    def edit(self, channel: str, ts: str, text: str, blocks: list[Block], final: bool) -> None:
+        """Ask for a part to show this; never waits (the edit budget spaces and coalesces edits)."""
+
+    def quiet_word(self) -> str | None:
+        """The answer that means "nothing to say" in a quiet session (the heartbeat's); None elsewhere."""
+
+    def outcomes(self) -> Block | None:
+        """The outcomes of the session's calls whose final states Slack does not show yet."""
+
+    async def upload(self, text: str, continued: bool) -> bool:
+        """Share a whole answer too long for messages as a file (`continued`: its start is shown); False if not."""
 
 
 @dataclass(slots=True)
@@ -77,25 +94,21 @@ class ReplyStream:
     The model streams faster than Slack lets a message change, and a long answer becomes several
     messages; keeping that bookkeeping here lets the edge hand over deltas as they come."""
 
-    post: Post
-    edit: Edit
-    enqueue: Enqueue
-    quiet: Callable[[], str | None] = lambda: None
-    outcomes: Callable[[], Block | None] = lambda: None
+    thread: AnswerThread
     first_post_wait_s: float = FIRST_POST_WAIT_S
-    overflow: Overflow | None = None
-    overflow_chars: int = 0
-    text: str = ""
-    done: bool = False
-    parts: list[_Part] = field(default_factory=list)
-    _raw: list[str] = field(default_factory=list)  # split_chunks(self.text), kept up to date by add()
-    _chunks: list[str] = field(default_factory=list)  # the chunks of _raw that are not blank: one message each
-    _spoken: bool = False  # anything but whitespace yet
-    _finished: asyncio.Event = field(default_factory=asyncio.Event)
-    _flush_queued: bool = False
-    _deferred: bool = False  # a part still growing did not land: the rest waits for the end of the answer
-    _posting: bool = False  # a part's post is under way (it owes itself before it is tried)
-    _handed: range = range(0)  # the parts owed elsewhere (`owe_rest`), never posted here
+    overflow_chars: int | None = None
+    """Past this length the answer is uploaded whole instead; None: never (nor after an upload failed)."""
+    text: str = field(default="", init=False)
+    done: bool = field(default=False, init=False)
+    parts: list[_Part] = field(default_factory=list, init=False)
+    _raw: list[str] = field(default_factory=list, init=False)  # split_chunks(self.text), kept up to date by add()
+    _chunks: list[str] = field(default_factory=list, init=False)  # the chunks of _raw not blank: one message each
+    _spoken: bool = field(default=False, init=False)  # anything but whitespace yet
+    _finished: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    _flush_queued: bool = field(default=False, init=False)
+    _deferred: bool = field(default=False, init=False)  # a part still growing did not land: the rest waits
+    _posting: bool = field(default=False, init=False)  # a part's post is under way (it owes itself before it is tried)
+    _handed: range = field(default=range(0), init=False)  # the parts owed elsewhere (`owe_rest`), never posted here
 
     def add(self, delta: str) -> None:
         self.text += delta
@@ -145,11 +158,11 @@ class ReplyStream:
 
     def _held_back(self) -> bool:
         """A quiet answer shows nothing until done, and nothing at all if it is just the quiet word."""
-        quiet = self.quiet()
+        quiet = self.thread.quiet_word()
         return quiet is not None and (not self.done or self.text.strip() == quiet)
 
     def _oversized(self) -> bool:
-        return self.overflow is not None and len(self.text) > self.overflow_chars
+        return self.overflow_chars is not None and len(self.text) > self.overflow_chars
 
     def _sync(self) -> None:
         """Edit the parts that exist; queue one flush for the parts that do not exist yet."""
@@ -158,7 +171,7 @@ class ReplyStream:
         if self._oversized():
             if self.done and not self._flush_queued:
                 self._flush_queued = True
-                self.enqueue(self._spill)
+                self.thread.enqueue(self._spill)
             return
         chunks = self._chunks
         for index, chunk in enumerate(chunks):
@@ -166,13 +179,13 @@ class ReplyStream:
             if index >= len(self.parts):
                 if not self._flush_queued:
                     self._flush_queued = True
-                    self.enqueue(self._flush)
+                    self.thread.enqueue(self._flush)
                 return
             part = self.parts[index]
             if part.final or (part.shown == chunk and not sealed) or part.channel is None or part.ts is None:
                 continue
             text, blocks = self._message(index, chunk, sealed)
-            self.edit(part.channel, part.ts, text, blocks, sealed)
+            self.thread.edit(part.channel, part.ts, text, blocks, sealed)
             part.shown, part.final = chunk, sealed
 
     async def _flush(self) -> None:
@@ -194,7 +207,7 @@ class ReplyStream:
                 text, blocks = self._message(index, chunk, sealed)
                 self._posting = True
                 try:
-                    where = await self.post(text, blocks, sealed)
+                    where = await self.thread.post(text, blocks, sealed)
                 finally:
                     self._posting = False
                 if where is not None:
@@ -212,7 +225,7 @@ class ReplyStream:
     def _message(self, index: int, chunk: str, sealed: bool) -> tuple[str, list[Block]]:
         """A part as Slack shows it; the answer's last part, once complete, with the outcomes still unseen."""
         text, blocks = answer_message(chunk, streaming=not sealed)
-        if self.done and index == len(self._chunks) - 1 and (outcomes := self.outcomes()) is not None:
+        if self.done and index == len(self._chunks) - 1 and (outcomes := self.thread.outcomes()) is not None:
             blocks = [*blocks, outcomes]
         return text, blocks
 
@@ -221,11 +234,10 @@ class ReplyStream:
         for part in self.parts:
             if not part.final and part.channel is not None and part.ts is not None:
                 text, blocks = answer_message(part.shown)
-                self.edit(part.channel, part.ts, text, blocks, True)
+                self.thread.edit(part.channel, part.ts, text, blocks, True)
             part.final = True
-        assert self.overflow is not None
-        taken = await self.overflow(self.text, bool(self.parts))
+        taken = await self.thread.upload(self.text, bool(self.parts))
         self._flush_queued = False
         if not taken:
-            self.overflow = None
+            self.overflow_chars = None
             self._sync()
