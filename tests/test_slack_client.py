@@ -59,3 +59,12 @@ async def test_no_connection_is_unreachable_with_its_cause() -> None:
     with pytest.raises(SlackUnreachable) as unreachable:
         await client.auth_test()
     assert unreachable.value.method == "auth.test" and isinstance(unreachable.value.__cause__, OSError)
+
+
+async def test_an_upload_the_file_host_refuses_is_a_refusal(slack: FakeSlack, client: SlackClient) -> None:
+    slack.files.refuse_uploads = True
+    root = slack.user_message("C1", "make me a report")
+    with pytest.raises(SlackRefused) as refused:
+        await client.files_upload_v2(channel="C1", thread_ts=root["ts"], filename="r.md", content="# R\n")
+    assert refused.value.method == "files.upload" and "status: 500" in refused.value.reason
+    assert slack.files.uploaded("C1", root["ts"]) == []

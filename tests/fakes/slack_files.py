@@ -92,6 +92,8 @@ class FakeFiles:
     slack: FakeSlack
     files: dict[str, FakeFile] = field(default_factory=dict)
     downloads: list[Download] = field(default_factory=list)
+    refuse_uploads: bool = False
+    """The upload URL answers 500, as the file host does when it will not take the bytes."""
     _uploads: dict[str, _PendingUpload] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _held: asyncio.Event | None = None
@@ -171,6 +173,8 @@ class FakeFiles:
 
     async def _handle_upload(self, request: web.Request) -> web.Response:
         pending = self._uploads.get(request.match_info["file_id"])
+        if self.refuse_uploads:
+            return web.Response(status=500, text="upload failed")
         if pending is None:
             return web.Response(status=404, text="not found")
         pending.data = await request.read()
