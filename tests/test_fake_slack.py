@@ -34,6 +34,12 @@ from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
 
+@pytest.fixture
+def client(slack: FakeSlack) -> AsyncWebClient:
+    """The unmodified slack_sdk client (not the daemon's `SlackClient`): the fake answers as Slack does."""
+    return AsyncWebClient(token="xoxb-test", base_url=slack.api_url)
+
+
 async def connect(handler: AsyncSocketModeHandler) -> None:
     """Open the Socket Mode session (bolt's method is untyped)."""
     await handler.connect_async()  # type: ignore[no-untyped-call]
