@@ -36,6 +36,7 @@ from bot.schedule import Scheduler, build_scheduler
 from bot.schedule.firing import Clock
 from bot.store import Store, open_store
 from bot.store.lock import exclusive_database
+from bot.telemetry.agent import AgentTelemetry
 from bot.toolcall import ToolCall
 from bot.types import EngineOutput, Provider, SessionFilter, TimezoneLookup
 from tools import builtin_tools
@@ -123,6 +124,7 @@ async def open_core(
     before_store_closes: Callable[[], Awaitable[None]] | None = None,
     cluster: ClusterNode | None = None,
     shutdown_grace_s: float = SHUTDOWN_GRACE_S,
+    telemetry: AgentTelemetry | None = None,
 ) -> AsyncIterator[Core]:
     """Build the engine around `output`; on exit stop turns and calls, then close the store.
 
@@ -136,7 +138,7 @@ async def open_core(
     edge send what the shutdown itself produced while the store can still be written.
     With `cluster` (BOT_DATABASE_URL) this process is one replica: its turns run as the
     cluster's thread jobs, it orphans only dead replicas' calls, and at exit it hands the
-    threads it cut short to the others.
+    threads it cut short to the others. `telemetry` receives the engine's spans and durations.
     """
     if settings.shell is not None and settings.shell.sandbox is Sandbox.NONE:
         log.warning(
@@ -147,6 +149,7 @@ async def open_core(
     operator = [*load_module_tools(settings.bot_tool_modules), *load_entry_point_tools()]
     mcp_servers = load_mcp_config(settings.bot_mcp_config) if settings.bot_mcp_config else []
     policy = Policy.load(settings.bot_policy_file)
+    telemetry = telemetry or AgentTelemetry()
     async with contextlib.AsyncExitStack() as stack:
         if settings.database_url is None:
             stack.enter_context(exclusive_database(settings.db_path))  # before recovery orphans anyone's calls
@@ -160,7 +163,7 @@ async def open_core(
             stack.push_async_callback(model.close)
             provider = model
         usage = UsageMeter()
-        provider = MeteredProvider(provider, book=store, meter=usage)
+        provider = MeteredProvider(provider, book=store, meter=usage, model=settings.bot_model, telemetry=telemetry)
         registry = CallRegistry(
             store=store,
             work_dir=settings.work_root,
@@ -172,6 +175,7 @@ async def open_core(
             zone=settings.zone,
             max_per_user=settings.bot_max_concurrent_tools_per_user,
             notice=output.notice,
+            telemetry=telemetry,
         )
         # On PostgreSQL every open call may be a live replica's: only the reaper orphans, and only a dead one's.
         orphans = await registry.recover(replicas=[] if settings.database_url is not None else None)
@@ -215,6 +219,7 @@ async def open_core(
             )
             if settings.bot_daily_tokens_per_user or settings.bot_daily_tokens_per_channel
             else None,
+            telemetry=telemetry,
         )
         engine = Engine(
             runner=runner,

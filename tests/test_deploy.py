@@ -35,8 +35,8 @@ from bot.cluster.node import ClusterSettings
 from bot.config import Settings
 from bot.schedule import scheduler
 from bot.slack import daemon
-from bot.slack.metrics import Metrics
 from bot.store import postgres
+from bot.telemetry.metrics import Metrics
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 README = DEPLOY.parent / "README.md"

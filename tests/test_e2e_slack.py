@@ -379,8 +379,8 @@ async def test_http_mode_verifies_signatures_and_answers(own: World) -> None:
         async with session.get(f"http://127.0.0.1:{metrics_port}/metrics") as response:
             metrics = await response.text()
     assert "# TYPE threadbot_events_received_total counter" in metrics
-    assert "threadbot_events_received_total 1\n" in metrics  # the forged request never got past bolt
-    assert "threadbot_turns_started_total 1\n" in metrics
+    assert "threadbot_events_received_total 1.0\n" in metrics  # the forged request never got past bolt
+    assert "threadbot_turns_started_total 1.0\n" in metrics
     assert re.search(r"^threadbot_slack_posts_sent [1-9]", metrics, re.MULTILINE), "the post queue's counters too"
 
 

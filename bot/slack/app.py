@@ -35,8 +35,9 @@ from bot.slack.approvals import ApprovalButtons
 from bot.slack.cancel import Canceller
 from bot.slack.events import MessageRouter
 from bot.slack.forget import FORGET_ACTION
-from bot.slack.metrics import Metrics
 from bot.slack.render import APPROVE_ACTION, CANCEL_ACTION, DENY_ACTION
+from bot.telemetry.metrics import Metrics
+from bot.telemetry.tracing import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +192,9 @@ class Ingress:
         approvals: ApprovalButtons,
         metrics: Metrics,
         ack_after: bool = False,
+        tracing: Tracing | None = None,
     ) -> None:
+        self._tracing = tracing or Tracing()
         self.router = router
         self._canceller = canceller
         self._approvals = approvals
@@ -243,10 +246,19 @@ class Ingress:
             self.revoked.set()
 
     async def _handle(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        if self._tracing.enabled:
+            work = self._traced(work, name)
         if self.ack_after:
             await self.tasks.run(work, name)
         else:
             self.tasks.spawn(work, name)
+
+    async def _traced(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        """The event's handling as a span: the turn it starts, and that turn's posts, are its children."""
+        kind, _, event_id = name.partition(":")  # "slack-event:Ev…" is the span "slack event"
+        attributes = {"slack.event.id": event_id} if event_id else None
+        with self._tracing.span(kind.replace("-", " "), attributes, kind="consumer"):
+            await work
 
     async def close(self, timeout_s: float) -> None:
         """Stop taking events; give the handlers in flight `timeout_s` to finish, then the files they
