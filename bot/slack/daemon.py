@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import gc
 import logging
-import os
 import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -82,7 +81,7 @@ async def serve(settings: Settings, *, port: int, slack_timeout_s: float = REQUE
         # Both tokens before any restart work: a refused one must not resume turns, then exit.
         me = await meet_slack(client, app_token, slack_timeout_s)
         pacing_client = build_client(settings, session, retry_rate_limits=False)
-        telemetry = AgentTelemetry(Metrics(), Tracing.from_environ(os.environ))
+        telemetry = AgentTelemetry(Metrics(), Tracing.from_environ())
         edits = EditScheduler(pacing_client, metrics=telemetry.metrics)
         posts = PostQueue(pacing_client, metrics=telemetry.metrics, tracing=telemetry.tracing)
         signals = _Signals(asyncio.get_running_loop())

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
@@ -79,7 +80,10 @@ class Tracing:
         """Whether message and tool contents may go into spans (the operator opted in)."""
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> Tracing:
+    def from_environ(cls) -> Tracing:
+        """On when the process environment names an OTLP endpoint; the SDK reads the rest of it there too,
+        so these variables come from the environment only, never from `.env`."""
+        environ = os.environ
         if not any(environ.get(name) for name in ENDPOINTS) or environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
             return cls()
         try:
