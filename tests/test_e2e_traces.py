@@ -96,6 +96,7 @@ async def test_a_turn_is_one_trace_from_the_slack_event_to_the_posted_answer(own
     assert posts and all(post.kind == "client" for post in posts)
     assert {post.parent_id for post in posts} <= {span.span_id for span in spans}, "posts hang in the turn's tree"
     assert handled.resource["service.name"] == "threadbot"
+    assert "Failed to detach context" not in own.daemon.log(), "every span's context was left where it was entered"
 
     # Contents stay out unless the operator opts in: no message, argument or result, and none of the words.
     for span in spans:

@@ -19,6 +19,6 @@ def otlp_provider(service_name: str) -> TracerProvider:
     resource = Resource.create({"service.version": __version__})
     if str(resource.attributes.get(SERVICE_NAME, "unknown_service")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: service_name}))
-    provider = TracerProvider(resource=resource)
+    provider = TracerProvider(resource=resource, shutdown_on_exit=False)  # `Tracing.close` stops it, bounded
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     return provider

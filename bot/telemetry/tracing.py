@@ -23,6 +23,7 @@ import contextlib
 import logging
 import os
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
@@ -144,11 +145,29 @@ class Tracing:
         return bound
 
     async def close(self) -> None:
-        """Send what is still buffered (bounded), then stop the exporter; off the loop, since it blocks."""
-        if self._provider is not None:
-            provider, self._provider, self._tracer = self._provider, None, None
-            await asyncio.to_thread(provider.force_flush, int(FLUSH_S * 1000))
-            await asyncio.to_thread(provider.shutdown)
+        """Send what is still buffered and stop the exporter, for at most `FLUSH_S`: a collector that does not
+        answer must not hold up the daemon's stop. The SDK blocks, so it runs on a daemon thread of its own,
+        which the interpreter does not wait for at exit (the loop's executor would be waited for)."""
+        if self._provider is None:
+            return
+        provider, self._provider, self._tracer = self._provider, None, None
+        loop = asyncio.get_running_loop()
+        stopped = asyncio.Event()
+
+        def stop() -> None:
+            try:
+                provider.force_flush(int(FLUSH_S * 1000))
+                provider.shutdown()
+            finally:
+                with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits any more
+                    loop.call_soon_threadsafe(stopped.set)
+
+        threading.Thread(target=stop, name="otel-flush", daemon=True).start()
+        try:
+            async with asyncio.timeout(FLUSH_S):
+                await stopped.wait()
+        except TimeoutError:
+            log.warning("the trace collector took over %gs; spans not yet sent are dropped", FLUSH_S)
 
 
 def traceparent() -> str | None:
