@@ -381,6 +381,7 @@ async def test_http_mode_verifies_signatures_and_answers(own: World) -> None:
     assert "# TYPE threadbot_events_received_total counter" in metrics
     assert "threadbot_events_received_total 1.0\n" in metrics  # the forged request never got past bolt
     assert "threadbot_turns_started_total 1.0\n" in metrics
+    assert "threadbot_event_ack_seconds_count 2.0\n" in metrics, "the forged request's refusal is an answer too"
     assert re.search(r"^threadbot_slack_posts_sent [1-9]", metrics, re.MULTILINE), "the post queue's counters too"
 
 

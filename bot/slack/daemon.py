@@ -182,7 +182,9 @@ async def _run(
             stack.push_async_callback(socket.close)  # first on the way out: no reconnect while closing
             _log_start(settings, me, "Socket Mode")
         else:
-            runner = await _listen(app.web_app(path=EVENTS_PATH, port=port), port)
+            events_app = app.web_app(path=EVENTS_PATH, port=port)
+            events_app.middlewares.append(metrics.timed("event_ack_seconds"))  # bolt answers once it has acked
+            runner = await _listen(events_app, port)
             stack.push_async_callback(runner.cleanup)
             _log_start(settings, me, f"HTTP events on port {port} at {EVENTS_PATH}")
         _freeze_start_up()

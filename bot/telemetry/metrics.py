@@ -8,11 +8,13 @@ up to date; histograms are fed by `observe` at the few places where a duration e
 
 from __future__ import annotations
 
+import time
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -58,7 +60,9 @@ HISTOGRAMS = {
         "a model request, from sending it to the first content of its answer", SECONDS_MODEL, "model"
     ),
     "tool_call_seconds": HistogramSpec("a tool call, from its start to its final state", SECONDS_WORK, "tool"),
-    "event_ack_seconds": HistogramSpec("a Socket Mode envelope, from its arrival to the ack sent back", SECONDS_FAST),
+    "event_ack_seconds": HistogramSpec(
+        "a Slack event, from its arrival (a Socket Mode envelope, an HTTP request) to its ack", SECONDS_FAST
+    ),
     "slack_edit_lag_seconds": HistogramSpec(
         "a message's new state, from first waiting to the chat.update that landed", SECONDS_QUEUE
     ),
@@ -108,6 +112,19 @@ class Metrics:
     def counter_family(self, name: str, help_text: str, label: str, read: Callable[[], Mapping[str, float]]) -> None:
         """A counter kept elsewhere, one series per value of `label` (e.g. tokens by model), read when scraped."""
         self.registry.register(_ReadCounters(PREFIX + name.removesuffix("_total"), help_text, label, read))
+
+    def timed(self, name: str) -> Middleware:
+        """An aiohttp middleware that observes each request's time to its response into the histogram `name`."""
+
+        @web.middleware
+        async def timed(request: web.Request, handler: Handler) -> web.StreamResponse:
+            started = time.monotonic()
+            try:
+                return await handler(request)
+            finally:
+                self.observe(name, time.monotonic() - started)
+
+        return timed
 
     def render(self) -> str:
         return generate_latest(self.registry).decode()
