@@ -86,6 +86,9 @@ def anthropic_provider(
         base_url=settings.anthropic_base_url,
         max_retries=max_retries,
         timeout=timeout or anthropic.Timeout(MODEL_READ_TIMEOUT_S, connect=MODEL_CONNECT_TIMEOUT_S),
+        # Each request's span is the daemon's own `chat` span (bot/telemetry/agent.py); the SDK's would be a
+        # second one, and even unrecorded it costs every request its attributes and trace headers.
+        open_telemetry=False,
     )
     if client.api_key is None and client.auth_token is None and client.credentials is None:
         raise ConfigError("ANTHROPIC_API_KEY: not set (the Anthropic API key the model is called with)")
