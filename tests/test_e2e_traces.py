@@ -70,6 +70,7 @@ async def test_a_turn_is_one_trace_from_the_slack_event_to_the_posted_answer(own
 
     assert handled.parent_id == "" and handled.kind == "consumer", "the event starts the trace"
     assert handled.attributes["slack.event.id"]
+    assert handled.attributes["slack.event.type"] == "app_mention", "its message twin is dropped, in a trace of its own"
     assert turn.parent_id == handled.span_id
     assert turn.attributes["gen_ai.operation.name"] == "invoke_agent"
     assert turn.attributes["gen_ai.conversation.id"].endswith(event["ts"])

@@ -211,7 +211,8 @@ class Ingress:
 
     async def message(self, body: dict[str, Any]) -> None:
         self._metrics.inc("events_received_total")
-        await self._handle(self.router.handle(body), f"slack-event:{body.get('event_id')}")
+        kind = str((body.get("event") or {}).get("type"))
+        await self._handle(self.router.handle(body), f"slack-event:{body.get('event_id')}", {"slack.event.type": kind})
 
     async def reaction(self, body: dict[str, Any]) -> None:
         self._metrics.inc("events_received_total")
@@ -245,18 +246,21 @@ class Ingress:
             log.error("Slack sent %s: the bot token no longer works; threadbot stops using Slack and exits", kind)
             self.revoked.set()
 
-    async def _handle(self, work: Coroutine[Any, Any, None], name: str) -> None:
+    async def _handle(
+        self, work: Coroutine[Any, Any, None], name: str, attributes: dict[str, str] | None = None
+    ) -> None:
         if self._tracing.enabled:
-            work = self._traced(work, name)
+            work = self._traced(work, name, attributes or {})
         if self.ack_after:
             await self.tasks.run(work, name)
         else:
             self.tasks.spawn(work, name)
 
-    async def _traced(self, work: Coroutine[Any, Any, None], name: str) -> None:
+    async def _traced(self, work: Coroutine[Any, Any, None], name: str, attributes: dict[str, str]) -> None:
         """The event's handling as a span: the turn it starts, and that turn's posts, are its children."""
         kind, _, event_id = name.partition(":")  # "slack-event:Ev…" is the span "slack event"
-        attributes = {"slack.event.id": event_id} if event_id else None
+        if event_id:
+            attributes = {**attributes, "slack.event.id": event_id}
         with self._tracing.span(kind.replace("-", " "), attributes, kind="consumer"):
             await work
 
