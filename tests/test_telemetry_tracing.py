@@ -121,7 +121,9 @@ async def test_the_engine_reports_a_turn_a_request_and_a_tool_as_spans_and_histo
     )
     with telemetry.turn("slack:T:C:1"):
         with telemetry.model_request("m1", request) as asked:
+            assert "threadbot_model_requests_running 1.0" in metrics.render()
             asked.answered(reply)
+        assert "threadbot_turns_running 1.0" in metrics.render()
         with telemetry.tool_call("now", "toolu_1", {}) as run:
             run.returned({"now": "secret result"})
     await telemetry.tracing.close()
@@ -135,6 +137,7 @@ async def test_the_engine_reports_a_turn_a_request_and_a_tool_as_spans_and_histo
         "gen_ai.input.messages" not in chat and "gen_ai.tool.call.result" not in by_name["execute_tool now"].attributes
     )
     text = metrics.render()
+    assert "threadbot_turns_running 0.0" in text and "threadbot_model_requests_running 0.0" in text
     assert "threadbot_turn_duration_seconds_count 1.0" in text
     assert 'threadbot_model_request_seconds_count{model="m1"} 1.0' in text
     assert 'threadbot_model_first_token_seconds_sum{model="m1"} 0.3' in text

@@ -64,9 +64,17 @@ class ToolRun:
 
 
 class AgentTelemetry:
+    """One per `Metrics`: it adds the gauges of what runs now (`turns_running`, `model_requests_running`)."""
+
     def __init__(self, metrics: Metrics | None = None, tracing: Tracing | None = None) -> None:
         self.metrics = metrics or Metrics()
         self.tracing = tracing or Tracing()
+        self.turns_running = 0
+        self.requests_running = 0
+        self.metrics.gauge("turns_running", "turns running now", lambda: self.turns_running)
+        self.metrics.gauge(
+            "model_requests_running", "model requests waiting for their answer", lambda: self.requests_running
+        )
 
     @contextlib.contextmanager
     def turn(self, session_key: str) -> Iterator[None]:
@@ -77,10 +85,12 @@ class AgentTelemetry:
             "gen_ai.provider.name": PROVIDER,
             "gen_ai.conversation.id": session_key,
         }
+        self.turns_running += 1
         try:
             with self.tracing.span(f"invoke_agent {AGENT}", attributes):
                 yield
         finally:
+            self.turns_running -= 1
             self.metrics.observe("turn_duration_seconds", time.monotonic() - started)
 
     @contextlib.contextmanager
@@ -97,11 +107,13 @@ class AgentTelemetry:
         if capture:
             attributes["gen_ai.system_instructions"] = _json([{"type": "text", "content": request.system}])
             attributes["gen_ai.input.messages"] = _json(request.messages)
+        self.requests_running += 1
         with self.tracing.span(f"chat {model}", attributes, kind="client") as span:
             call = ModelCall(span, capture)
             try:
                 yield call
             finally:
+                self.requests_running -= 1
                 self.metrics.observe("model_request_seconds", time.monotonic() - started, model)
                 if call.first_token_s is not None:
                     self.metrics.observe("model_first_token_seconds", call.first_token_s, model)
