@@ -36,6 +36,7 @@ from bot.schedule import Scheduler, build_scheduler
 from bot.schedule.firing import Clock
 from bot.store import Store, open_store
 from bot.store.lock import exclusive_database
+from bot.telemetry.agent import AgentTelemetry
 from bot.toolcall import ToolCall
 from bot.types import EngineOutput, Provider, SessionFilter, TimezoneLookup
 from tools import builtin_tools
@@ -85,6 +86,9 @@ def anthropic_provider(
         base_url=settings.anthropic_base_url,
         max_retries=max_retries,
         timeout=timeout or anthropic.Timeout(MODEL_READ_TIMEOUT_S, connect=MODEL_CONNECT_TIMEOUT_S),
+        # Each request's span is the daemon's own `chat` span (bot/telemetry/agent.py); the SDK's would be a
+        # second one, and even unrecorded it costs every request its attributes and trace headers.
+        open_telemetry=False,
     )
     if client.api_key is None and client.auth_token is None and client.credentials is None:
         raise ConfigError("ANTHROPIC_API_KEY: not set (the Anthropic API key the model is called with)")
@@ -123,6 +127,7 @@ async def open_core(
     before_store_closes: Callable[[], Awaitable[None]] | None = None,
     cluster: ClusterNode | None = None,
     shutdown_grace_s: float = SHUTDOWN_GRACE_S,
+    telemetry: AgentTelemetry | None = None,
 ) -> AsyncIterator[Core]:
     """Build the engine around `output`; on exit stop turns and calls, then close the store.
 
@@ -136,7 +141,7 @@ async def open_core(
     edge send what the shutdown itself produced while the store can still be written.
     With `cluster` (BOT_DATABASE_URL) this process is one replica: its turns run as the
     cluster's thread jobs, it orphans only dead replicas' calls, and at exit it hands the
-    threads it cut short to the others.
+    threads it cut short to the others. `telemetry` receives the engine's spans and durations.
     """
     if settings.shell is not None and settings.shell.sandbox is Sandbox.NONE:
         log.warning(
@@ -147,6 +152,7 @@ async def open_core(
     operator = [*load_module_tools(settings.bot_tool_modules), *load_entry_point_tools()]
     mcp_servers = load_mcp_config(settings.bot_mcp_config) if settings.bot_mcp_config else []
     policy = Policy.load(settings.bot_policy_file)
+    telemetry = telemetry or AgentTelemetry()
     async with contextlib.AsyncExitStack() as stack:
         if settings.database_url is None:
             stack.enter_context(exclusive_database(settings.db_path))  # before recovery orphans anyone's calls
@@ -160,7 +166,7 @@ async def open_core(
             stack.push_async_callback(model.close)
             provider = model
         usage = UsageMeter()
-        provider = MeteredProvider(provider, book=store, meter=usage)
+        provider = MeteredProvider(provider, book=store, meter=usage, model=settings.bot_model, telemetry=telemetry)
         registry = CallRegistry(
             store=store,
             work_dir=settings.work_root,
@@ -172,6 +178,7 @@ async def open_core(
             zone=settings.zone,
             max_per_user=settings.bot_max_concurrent_tools_per_user,
             notice=output.notice,
+            telemetry=telemetry,
         )
         # On PostgreSQL every open call may be a live replica's: only the reaper orphans, and only a dead one's.
         orphans = await registry.recover(replicas=[] if settings.database_url is not None else None)
@@ -215,6 +222,7 @@ async def open_core(
             )
             if settings.bot_daily_tokens_per_user or settings.bot_daily_tokens_per_channel
             else None,
+            telemetry=telemetry,
         )
         engine = Engine(
             runner=runner,

@@ -90,6 +90,8 @@ class ModelReply:
     incomplete_tool_ids: frozenset[str] = frozenset()
     usage: Usage = Usage()
     model: str = ""
+    first_token_s: float | None = None
+    """From sending the request to the first content block of the answer (None: not measured)."""
 
     @property
     def text(self) -> str:

@@ -39,7 +39,7 @@ START_S = 45.0
 """How long a daemon started just now gets to connect: Python with the engine takes seconds to start on a
 loaded machine, and only a broken start takes this long."""
 STOP_S = 90.0
-"""How long a SIGTERM'd daemon may take: its documented worst case (about 85 s, tests/test_deploy.py). A
+"""How long a SIGTERM'd daemon may take: its documented worst case (about 90 s, tests/test_deploy.py). A
 stop is quick unless the machine is loaded; only a daemon that never stops should fail a test here."""
 SIGNING_SECRET = "test-signing-secret"
 U1 = Speaker("U1", "user_u1")

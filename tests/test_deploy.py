@@ -35,8 +35,9 @@ from bot.cluster.node import ClusterSettings
 from bot.config import Settings
 from bot.schedule import scheduler
 from bot.slack import daemon
-from bot.slack.metrics import Metrics
 from bot.store import postgres
+from bot.telemetry import tracing
+from bot.telemetry.metrics import Metrics
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 README = DEPLOY.parent / "README.md"
@@ -47,7 +48,7 @@ def worst_case_stop_s() -> float:
     """Every bounded wait of a graceful stop, in the order `serve()` unwinds its exit stack (they run one after
     another): the socket's close handshake, the two aiohttp listeners, the handlers in flight, the scheduler's
     jobs, the turns (grace, grace after cancel, then the cancel wait), the calls (grace, then the cancel wait),
-    the queued posts, the outbox (half the drain), the final edits and their journal."""
+    the queued posts, the outbox (half the drain), the final edits and their journal, the spans not yet sent."""
     return (
         AIOHTTP_WS_CLOSE_S
         + 2 * daemon.LISTENER_SHUTDOWN_S
@@ -60,6 +61,7 @@ def worst_case_stop_s() -> float:
         + daemon.EDGE_DRAIN_S
         + daemon.EDGE_DRAIN_S / 2
         + 2 * daemon.EDITS_FLUSH_S
+        + tracing.FLUSH_S
     )
 
 

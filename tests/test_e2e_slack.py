@@ -379,8 +379,9 @@ async def test_http_mode_verifies_signatures_and_answers(own: World) -> None:
         async with session.get(f"http://127.0.0.1:{metrics_port}/metrics") as response:
             metrics = await response.text()
     assert "# TYPE threadbot_events_received_total counter" in metrics
-    assert "threadbot_events_received_total 1\n" in metrics  # the forged request never got past bolt
-    assert "threadbot_turns_started_total 1\n" in metrics
+    assert "threadbot_events_received_total 1.0\n" in metrics  # the forged request never got past bolt
+    assert "threadbot_turns_started_total 1.0\n" in metrics
+    assert "threadbot_event_ack_seconds_count 2.0\n" in metrics, "the forged request's refusal is an answer too"
     assert re.search(r"^threadbot_slack_posts_sent [1-9]", metrics, re.MULTILINE), "the post queue's counters too"
 
 
@@ -495,3 +496,44 @@ async def test_a_socket_silent_for_too_long_is_replaced(own: World) -> None:
     report = await _healthz_until(port, lambda status, report: status == 200, "the new connection")
     assert report["socket"]["reconnects"] >= 1
     assert "no Socket Mode envelope for 1s: replacing the connection" in daemon.log()
+
+
+async def test_metrics_show_the_shape_of_a_tool_turn(own: World) -> None:
+    """Histograms of what a turn went through, by model and by tool, beside the tokens and their cost."""
+    port = _free_port()
+    own.daemon.env.update(BOT_METRICS_PORT=str(port))
+    own.script.add(
+        "count for the metrics",
+        Reply.tools(tool_use("sleep_for", {"seconds": 2}), text="Counting."),  # long enough for its status's edits
+        Reply.text_only("Three."),
+    )
+    await own.daemon.start()
+    await own.daemon.connected()
+    event = await mention(own.slack, "C1", "count for the metrics")
+    await wait_text(own.slack, "C1", event["ts"], "Three.")
+    model = 'model="claude-sonnet-5-5"'
+    wanted = {
+        "threadbot_turn_duration_seconds_count": 1,
+        f"threadbot_model_request_seconds_count{{{model}}}": 2,
+        f"threadbot_model_first_token_seconds_count{{{model}}}": 2,
+        'threadbot_tool_call_seconds_count{tool="sleep_for"}': 1,
+        "threadbot_event_ack_seconds_count": 2,  # the mention and its message twin
+    }
+    deadline = time.monotonic() + WAIT_S
+    while True:  # another process: nothing to wait on but its answers
+        async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/metrics") as response:
+            text = await response.text()
+        values = {
+            line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line and not line.startswith("#")
+        }
+        if all(values.get(name, 0) >= count for name, count in wanted.items()) or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.05)
+    assert {name: values.get(name) for name in wanted} == wanted
+    assert values["threadbot_slack_post_lag_seconds_count"] >= 1
+    assert values["threadbot_slack_edit_lag_seconds_count"] >= 1
+    assert values[f"threadbot_model_output_tokens_total{{{model}}}"] > 0
+    assert values[f"threadbot_model_cost_usd_total{{{model}}}"] > 0
+    assert values["threadbot_turns_started_total"] == 1

@@ -12,7 +12,6 @@ from bot import check
 from bot.config import Settings
 from bot.errors import ConfigError, ThreadbotError
 from bot.slack.daemon import serve
-from bot.slack.metrics import Metrics
 
 REFUSED = r"Slack at http://127\.0\.0\.1:\d+/api/ refused it"
 BOT_HINT = r"SLACK_BOT_TOKEN should be the bot token \(xoxb-…\): the Bot User OAuth Token, under OAuth & Permissions"
@@ -98,18 +97,6 @@ async def test_run_against_a_silent_slack_says_what_check_says(
     with pytest.raises(ThreadbotError) as info:
         await check.check_slack(settings, QUICK_S)
     assert str(info.value) == line
-
-
-def test_metrics_are_prometheus_text() -> None:
-    metrics = Metrics()
-    metrics.inc("turns_started_total", 3)
-    metrics.gauge("tool_calls_running", "tool calls running now", lambda: 2)
-    text = metrics.render()
-    assert "# TYPE threadbot_turns_started_total counter\nthreadbot_turns_started_total 3\n" in text
-    assert "# HELP threadbot_tool_calls_running tool calls running now\n" in text
-    assert text.endswith("threadbot_tool_calls_running 2\n")
-    with pytest.raises(KeyError):
-        metrics.inc("no_such_counter")
 
 
 async def test_run_names_swapped_tokens_before_asking_slack(

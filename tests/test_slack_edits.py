@@ -19,6 +19,7 @@ from bot.config import Settings
 from bot.slack.app import REQUEST_TIMEOUT_S, build_client, slack_http_session
 from bot.slack.client import SlackClient
 from bot.slack.edits import EditScheduler
+from bot.telemetry.metrics import Metrics
 
 MakeScheduler = Callable[..., Awaitable[EditScheduler]]
 
@@ -57,12 +58,14 @@ async def test_rapid_updates_coalesce_and_the_last_text_lands(
     slack: FakeSlack, client: SlackClient, make_scheduler: MakeScheduler
 ) -> None:
     [ts] = await post(client)
-    edits_ = await make_scheduler()
+    metrics = Metrics()
+    edits_ = await make_scheduler(metrics=metrics)
     for i in range(20):  # all before the worker runs: one call
         edits_.update("C1", ts, text=f"burst {i}")
     await edits_.idle(5)
     assert edits(slack, ts) == ["burst 19"]
     assert (edits_.stats.sent, edits_.stats.coalesced) == (1, 19)
+    assert "threadbot_slack_edit_lag_seconds_count 1.0" in metrics.render(), "one message waited, once"
 
     for i in range(20):  # interleaved with the worker: a few calls, in order, ending on the last text
         edits_.update("C1", ts, text=f"paced {i:02d}")

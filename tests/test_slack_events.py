@@ -22,8 +22,8 @@ from bot.slack import history
 from bot.slack.client import SlackClient
 from bot.slack.edits import EditScheduler
 from bot.slack.events import DENIAL, MessageRouter
-from bot.slack.metrics import Metrics
 from bot.slack.output import SlackEdge
+from bot.telemetry.metrics import Metrics
 
 WAIT_S = 10.0
 

@@ -10,7 +10,7 @@ from aiohttp import WSMessage, WSMsgType
 from slack_sdk.socket_mode.aiohttp import SocketModeClient
 
 from bot.slack.health import SocketHealth, daemon_health
-from bot.slack.metrics import Metrics
+from bot.telemetry.metrics import Metrics
 
 
 @pytest.fixture
@@ -58,4 +58,4 @@ async def test_each_hello_is_a_session_and_later_ones_count_as_reconnects(socket
     await listener(WSMessage(WSMsgType.TEXT, "not json", None))  # counted as heard, not as a session
     assert (socket.sessions, socket.reconnects, metrics.counts["socket_reconnects_total"]) == (2, 1, 1)
     assert socket.report()["last_envelope_at"] is not None
-    assert "threadbot_socket_reconnects_total 1\n" in metrics.render()
+    assert "threadbot_socket_reconnects_total 1.0\n" in metrics.render()

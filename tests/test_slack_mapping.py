@@ -23,8 +23,8 @@ from bot.config import load_settings
 from bot.errors import SlackRefused
 from bot.slack.events import MessageRouter
 from bot.slack.filters import classify, session_key
-from bot.slack.metrics import Metrics
 from bot.store import SqliteStore
+from bot.telemetry.metrics import Metrics
 from bot.types import Speaker
 
 BOT = "UBOT"

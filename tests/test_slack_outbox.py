@@ -4,7 +4,7 @@ once, in order; final edits survive a stop; an answer carries the outcomes its s
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -18,6 +18,7 @@ from bot.slack.outbox import marker
 from bot.slack.output import SlackEdge
 from bot.slack.posts import PostQueue
 from bot.store import OwedEdit, SqliteStore, Store
+from bot.telemetry.metrics import Metrics
 from bot.toolcall import CallStatus, ToolCall
 from bot.types import TurnOutcome
 
@@ -33,6 +34,7 @@ class Rig:
     root: str
     edge: SlackEdge | None = None
     edits: EditScheduler | None = None
+    metrics: Metrics = field(default_factory=Metrics)
 
     async def start(self, **edit_options: float) -> SlackEdge:
         """One "process": an edit scheduler with a journal, an edge on the store, and what it owes resumed."""
@@ -40,7 +42,9 @@ class Rig:
         self.edits = EditScheduler(self.client, journal=FinalJournal(self.store), **options)  # type: ignore[arg-type]
         await self.edits.start()
         posts = PostQueue(self.client, per_second=100, burst=100, give_up_after_s=0.3, call_timeout_s=0.3)
-        self.edge = SlackEdge(self.client, self.edits, team_id="T1", first_post_wait_s=0.0, posts=posts)
+        self.edge = SlackEdge(
+            self.client, self.edits, team_id="T1", first_post_wait_s=0.0, posts=posts, metrics=self.metrics
+        )
         self.edge.attach(self.store)
         await self.edge.resume()
         return self.edge
@@ -88,6 +92,7 @@ async def test_an_answer_slack_refuses_for_a_while_is_delivered_later_once_and_i
     assert await edge.threads.outbox.idle(WAIT_S)
     assert [p.text for p in rig.posts()] == ["The answer is 42.", "⚠️ and a notice after it"]
     assert await rig.store.owed_messages() == []
+    assert "threadbot_outbox_age_seconds_count 2.0" in rig.metrics.render(), "both were owed, then delivered"
 
 
 async def test_what_waits_in_the_queue_when_the_turn_saves_is_owed_by_that_save_and_posted_once(rig: Rig) -> None:

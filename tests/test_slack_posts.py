@@ -7,9 +7,11 @@ import itertools
 
 import pytest
 from fakes.slack_api import FakeSlack
+from prometheus_client.parser import text_string_to_metric_families
 
 from bot.slack.client import SlackClient
 from bot.slack.posts import PostFailed, PostQueue, PostRejected
+from bot.telemetry.metrics import Metrics
 
 SCALE = 10.0  # the fake's minute passes in 6 s: ten posts a second per channel, on both sides
 
@@ -37,13 +39,17 @@ async def test_posts_are_paced_per_channel_and_keep_their_order(slack: FakeSlack
 
 
 async def test_a_429_pauses_the_channel_for_its_retry_after(slack: FakeSlack, client: SlackClient) -> None:
-    posts = PostQueue(client)
+    metrics = Metrics()
+    posts = PostQueue(client, metrics=metrics)
     slack.fail("chat.postMessage", status=429, retry_after=1, times=2)
     assert await posts.post(channel="C1", text="finally")
     calls = slack.calls_to("chat.postMessage")
     assert [c.status for c in calls] == [429, 429, 200]
     assert all(b.time - a.time >= 0.95 for a, b in itertools.pairwise(calls))
     assert (posts.stats.rate_limited, posts.stats.sent) == (2, 1)
+    lag = {s.name: s.value for f in text_string_to_metric_families(metrics.render()) for s in f.samples}
+    assert lag["threadbot_slack_post_lag_seconds_count"] == 1, "one post, however many tries"
+    assert lag["threadbot_slack_post_lag_seconds_sum"] >= 1.9, "it waited out both pauses"
 
 
 async def test_a_post_that_never_lands_is_handed_back_not_dropped(slack: FakeSlack, client: SlackClient) -> None:

@@ -13,9 +13,9 @@ from test_console import bot_env, run_bot
 from bot.clock import utcnow
 from bot.model.metering import UsageMeter
 from bot.model.prices import Price
-from bot.slack.metrics import Metrics
 from bot.store import Store
 from bot.store.usage import UsageGrouping, UsageRow
+from bot.telemetry.metrics import Metrics
 from bot.types import Usage
 from bot.usage_report import parse_since, render
 
@@ -98,7 +98,7 @@ def test_metrics_render_token_counters_by_model() -> None:
         "model",
         lambda: {m: float(u.input_tokens) for m, u in meter.totals.items()},
     )
-    assert 'threadbot_model_input_tokens_total{model="m1"} 2' in metrics.render()
+    assert 'threadbot_model_input_tokens_total{model="m1"} 2.0\n' in metrics.render()
 
 
 async def test_the_usage_command_prints_the_books(tmp_path: Path, fake: FakeAnthropic) -> None:

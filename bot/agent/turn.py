@@ -35,6 +35,7 @@ from bot.config import YieldStrategy
 from bot.errors import ContextOverflow, ModelError
 from bot.policy import Asker, Policy
 from bot.store import Store
+from bot.telemetry.agent import AgentTelemetry
 from bot.toolcall import JSON, CallStatus, ToolCall
 from bot.types import Billing, EngineOutput, Message, ModelReply, ModelRequest, OwedPost, Provider, TurnOutcome
 from tools.base import FILE_SINK
@@ -116,8 +117,10 @@ class TurnRunner:
         budget: TokenBudget | None = None,
         policy: Policy | None = None,
         askers: AskerLookup | None = None,
+        telemetry: AgentTelemetry | None = None,
     ) -> None:
         """`budget` (daily token budgets) is asked before every model call; None: no budget."""
+        self._telemetry = telemetry or AgentTelemetry()
         self._budget = budget
         self._provider = provider
         self._compactor = compactor
@@ -131,6 +134,10 @@ class TurnRunner:
         self._askers = askers or _requester_only
 
     async def run(self, request: TurnRequest) -> TurnOutcome:
+        with self._telemetry.turn(request.session_key):
+            return await self._run(request)
+
+    async def _run(self, request: TurnRequest) -> TurnOutcome:
         key = request.session_key
         outcome = TurnOutcome(session_key=key)
         conversation: _Conversation | None = None

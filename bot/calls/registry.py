@@ -25,6 +25,7 @@ from bot.clock import utcnow
 from bot.policy import Ruling, Verdict
 from bot.quotas import QuotaExceeded
 from bot.store import ProcessGroupRecord, Store
+from bot.telemetry.agent import AgentTelemetry
 from bot.text import clean_json, clean_text
 from bot.toolcall import JSON, CallStatus, Decision, ProgressKind, ToolCall
 from bot.types import CallListener
@@ -71,9 +72,11 @@ class CallRegistry:
         zone: tzinfo | None = None,
         max_per_user: int | None = None,
         notice: Notice | None = None,
+        telemetry: AgentTelemetry | None = None,
     ) -> None:
         """`max_per_user` caps one person's running thread and process calls across their sessions;
         `notice` says a line in a session's thread (a quota a call hit)."""
+        self._telemetry = telemetry or AgentTelemetry()
         self._store = store
         self._notice = notice
         self._zone = zone
@@ -212,8 +215,10 @@ class CallRegistry:
                 # Not awaited: the tool starts now, and its `running` row goes out with the next commit.
                 self._writer.save_soon(call)
                 self._publish(call)
-                async with asyncio.timeout(timeout_s) as deadline:
-                    result = await tool.invoke(call.input, ctx)
+                with self._telemetry.tool_call(call.tool_name, call.id, call.input) as run:
+                    async with asyncio.timeout(timeout_s) as deadline:
+                        result = await tool.invoke(call.input, ctx)
+                    run.returned(result)
             await self._finish(call, CallStatus.COMPLETED, result=result)
         except asyncio.CancelledError:
             ctx.cancelled.set()

@@ -11,6 +11,9 @@ procrastinate's `retry_job`: that moves the stalled job back to `todo`, which vi
 queueing lock when a twin already waits. Recovery finishes the stalled job
 as failed, releasing the thread's lock, and defers a fresh job, which a waiting twin absorbs.
 
+A job carries the W3C `traceparent` of the span that offered it (when tracing is on), so the turn
+it runs on another replica continues that trace; a job that absorbed later offers keeps the first's.
+
 A job queued behind a thread's lock starts as soon as the lock frees: the jobs schema carries
 a trigger that wakes the workers then (`LOCK_RELEASE_DDL` in bot/store/pg_schema.py).
 
@@ -30,6 +33,7 @@ from procrastinate import exceptions as pq_exceptions
 from procrastinate.worker import Worker
 
 from bot.cluster.link import connection_kwargs
+from bot.telemetry.tracing import traceparent
 
 TASK_NAME = "thread_turn"
 STALLED_WORKER_S = 60.0
@@ -54,7 +58,7 @@ class ThreadJobs:
         self,
         *,
         dsn: str,
-        run: Callable[[str], Awaitable[None]],
+        run: Callable[..., Awaitable[None]],
         worker_name: str,
         heartbeat_s: float = 2.0,
         poll_s: float = 5.0,
@@ -96,12 +100,14 @@ class ThreadJobs:
         """
         lock = thread_lock(session_key)
         deferrer = self._task.configure(lock=lock, queueing_lock=lock, connection=conn)
+        # The trace of what asked (a Slack event's span) goes with the job, to whichever replica runs it.
+        args = {"session_key": session_key, **({"traceparent": parent} if (parent := traceparent()) else {})}
         try:
             if conn is None:
-                await deferrer.defer_async(session_key=session_key)
+                await deferrer.defer_async(**args)
             else:
                 async with conn.transaction():
-                    await deferrer.defer_async(session_key=session_key)
+                    await deferrer.defer_async(**args)
         except pq_exceptions.AlreadyEnqueued:
             return False
         return True

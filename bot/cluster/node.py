@@ -35,6 +35,7 @@ from bot.cluster.jobs import ThreadJobs
 from bot.cluster.replicas import Replicas
 from bot.cluster.ticks import Ticks
 from bot.concurrency import TaskSet
+from bot.telemetry.tracing import resumed
 
 if TYPE_CHECKING:
     from bot.agent.engine import Engine
@@ -227,12 +228,13 @@ class ClusterNode:
         if self._scheduler is not None:
             await self._scheduler.track(int(ring.key))
 
-    async def _run_thread(self, session_key: str) -> None:
+    async def _run_thread(self, session_key: str, traceparent: str | None = None) -> None:
         if not self._worker_recorded and (worker_id := self.jobs.worker_id) is not None:
             await self.replicas.record_worker(worker_id)  # before its first turn: whose jobs are whose
             self._worker_recorded = True
         if self._engine is not None:
-            await self._engine.run_thread(session_key)
+            with resumed(traceparent):  # the turn is a span of the event that queued the job
+                await self._engine.run_thread(session_key)
 
     async def _backstop(self) -> None:
         """What a lost NOTIFY would have said: recent rings not handled here, input nobody took up."""

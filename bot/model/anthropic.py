@@ -14,7 +14,9 @@ shown to a person as it is.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import time
 from typing import Any
 
 import anthropic
@@ -97,10 +99,13 @@ class AnthropicProvider:
     async def _complete(self, params: dict[str, Any], on_text: TextSink | None) -> ModelReply:
         """Stream the answer; a stall before anything was produced is retried like the SDK retries."""
         attempt = 0
+        sent = time.monotonic()
         while True:
             reader = StreamReader(on_text)
             try:
-                return await self._stream(params, reader)
+                reply = await self._stream(params, reader)
+                first = reader.first_content_at
+                return reply if first is None else dataclasses.replace(reply, first_token_s=first - sent)
             except StreamStalled:
                 if reader.produced or attempt >= self._client.max_retries:
                     raise ModelError(

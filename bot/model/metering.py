@@ -1,4 +1,4 @@
-"""Every model call's tokens, booked in the store and counted for `/metrics`.
+"""Every model call's tokens, booked in the store and counted for `/metrics`, its span and latency reported.
 
 `MeteredProvider` wraps the real provider, so no caller can forget to book a call:
 turns, heartbeat decisions and compaction summaries all go through it.
@@ -10,6 +10,7 @@ import logging
 from collections import defaultdict
 from typing import Protocol
 
+from bot.telemetry.agent import AgentTelemetry
 from bot.types import ModelReply, ModelRequest, Provider, TextSink, Usage
 
 log = logging.getLogger(__name__)
@@ -32,13 +33,26 @@ class UsageMeter:
 
 
 class MeteredProvider:
-    def __init__(self, inner: Provider, *, book: UsageBook, meter: UsageMeter) -> None:
+    def __init__(
+        self,
+        inner: Provider,
+        *,
+        book: UsageBook,
+        meter: UsageMeter,
+        model: str = "",
+        telemetry: AgentTelemetry | None = None,
+    ) -> None:
+        """`model` names the requests' spans before an answer says which model it came from."""
         self._inner = inner
         self._book = book
         self.meter = meter
+        self._model = model
+        self._telemetry = telemetry or AgentTelemetry()
 
     async def complete(self, request: ModelRequest, on_text: TextSink | None = None) -> ModelReply:
-        reply = await self._inner.complete(request, on_text)
+        with self._telemetry.model_request(self._model, request) as asked:
+            reply = await self._inner.complete(request, on_text)
+            asked.answered(reply)
         self.meter.add(reply.model, reply.usage)
         if request.billing is not None:
             billing = request.billing

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,6 +73,8 @@ class StreamReader:
     """The `message_stop` event arrived: the answer is whole."""
     produced: bool = False
     """Some content arrived, so repeating the request would repeat what people already saw."""
+    first_content_at: float | None = None
+    """`time.monotonic()` when the first content block started: the time to first token."""
 
     async def read(self, events: AsyncIterator[Any], idle_s: float) -> None:
         """Read to the end; `StreamStalled` when `idle_s` passes without an event."""
@@ -93,6 +96,8 @@ class StreamReader:
         if event.type == "message_start":
             self.started = True
         elif event.type == "content_block_start":
+            if not self.produced:
+                self.first_content_at = time.monotonic()
             self.produced = True
         elif event.type == "text" and self.on_text is not None and event.text:
             self.on_text(event.text)

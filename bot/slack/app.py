@@ -35,8 +35,9 @@ from bot.slack.cancel import Canceller
 from bot.slack.client import SlackClient
 from bot.slack.events import MessageRouter
 from bot.slack.forget import FORGET_ACTION
-from bot.slack.metrics import Metrics
 from bot.slack.render import APPROVE_ACTION, CANCEL_ACTION, DENY_ACTION
+from bot.telemetry.metrics import Metrics
+from bot.telemetry.tracing import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +189,9 @@ class Ingress:
         approvals: ApprovalButtons,
         metrics: Metrics,
         ack_after: bool = False,
+        tracing: Tracing | None = None,
     ) -> None:
+        self._tracing = tracing or Tracing()
         self.router = router
         self._canceller = canceller
         self._approvals = approvals
@@ -205,7 +208,8 @@ class Ingress:
 
     async def message(self, body: dict[str, Any]) -> None:
         self._metrics.inc("events_received_total")
-        await self._handle(self.router.handle(body), f"slack-event:{body.get('event_id')}")
+        kind = str((body.get("event") or {}).get("type"))
+        await self._handle(self.router.handle(body), f"slack-event:{body.get('event_id')}", {"slack.event.type": kind})
 
     async def reaction(self, body: dict[str, Any]) -> None:
         self._metrics.inc("events_received_total")
@@ -239,11 +243,23 @@ class Ingress:
             log.error("Slack sent %s: the bot token no longer works; threadbot stops using Slack and exits", kind)
             self.revoked.set()
 
-    async def _handle(self, work: Coroutine[Any, Any, None], name: str) -> None:
+    async def _handle(
+        self, work: Coroutine[Any, Any, None], name: str, attributes: dict[str, str] | None = None
+    ) -> None:
+        if self._tracing.enabled:
+            work = self._traced(work, name, attributes or {})
         if self.ack_after:
             await self.tasks.run(work, name)
         else:
             self.tasks.spawn(work, name)
+
+    async def _traced(self, work: Coroutine[Any, Any, None], name: str, attributes: dict[str, str]) -> None:
+        """The event's handling as a span: the turn it starts, and that turn's posts, are its children."""
+        kind, _, event_id = name.partition(":")  # "slack-event:Ev…" is the span "slack event"
+        if event_id:
+            attributes = {**attributes, "slack.event.id": event_id}
+        with self._tracing.span(kind.replace("-", " "), attributes, kind="consumer"):
+            await work
 
     async def close(self, timeout_s: float) -> None:
         """Stop taking events; give the handlers in flight `timeout_s` to finish, then the files they

@@ -20,8 +20,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.calls.registry import CallRegistry
 from bot.slack.admission import Admission
 from bot.slack.cancel import NOT_ADMITTED, Forward, explain
-from bot.slack.metrics import Metrics
 from bot.slack.render import APPROVE_ACTION
+from bot.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

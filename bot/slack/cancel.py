@@ -29,8 +29,8 @@ from bot.config import Settings
 from bot.errors import SlackResponseError
 from bot.slack.admission import Admission, team_of
 from bot.slack.filters import may_cancel
-from bot.slack.metrics import Metrics
 from bot.slack.output import SlackEdge
+from bot.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -45,10 +45,12 @@ from bot.slack.events import INJECTION_REACTION, ClusterHooks, MessageRouter
 from bot.slack.filters import SESSION_PREFIX
 from bot.slack.health import SocketHealth, daemon_health
 from bot.slack.journal import FinalJournal
-from bot.slack.metrics import Metrics
 from bot.slack.output import SlackEdge
 from bot.slack.posts import PostQueue
 from bot.slack.tokens import token_problem
+from bot.telemetry.agent import AgentTelemetry
+from bot.telemetry.metrics import Metrics
+from bot.telemetry.tracing import Tracing
 
 if TYPE_CHECKING:
     from bot.cluster.doorbell import Ring
@@ -79,17 +81,19 @@ async def serve(settings: Settings, *, port: int, slack_timeout_s: float = REQUE
         # Both tokens before any restart work: a refused one must not resume turns, then exit.
         me = await meet_slack(client, app_token, slack_timeout_s)
         pacing_client = build_client(settings, session, retry_rate_limits=False)
-        edits = EditScheduler(pacing_client)
-        posts = PostQueue(pacing_client)
+        telemetry = AgentTelemetry(Metrics(), Tracing.from_environ())
+        edits = EditScheduler(pacing_client, metrics=telemetry.metrics)
+        posts = PostQueue(pacing_client, metrics=telemetry.metrics, tracing=telemetry.tracing)
         signals = _Signals(asyncio.get_running_loop())
         try:
-            await _run(settings, client, edits, posts, me, app_token, port, signals.stopping)
+            await _run(settings, client, edits, posts, me, app_token, port, signals.stopping, telemetry)
         except asyncio.CancelledError:
             if not signals.forced:
                 raise
             log.warning("stopped without waiting for running work")
         finally:
             signals.remove()
+            await telemetry.tracing.close()
     log.info("threadbot stopped%s", signals.took())
 
 
@@ -102,10 +106,11 @@ async def _run(
     app_token: str | None,
     port: int,
     stopping: asyncio.Event,
+    telemetry: AgentTelemetry,
 ) -> None:
     """`edits` and `posts` have a client of their own, on the same connection pool, without the 429 retries (see
     `build_client`); every other Slack call goes through `client`."""
-    metrics = Metrics()
+    metrics = telemetry.metrics
     async with contextlib.AsyncExitStack() as stack:
         await edits.start()
         stack.push_async_callback(edits.close, EDITS_FLUSH_S)
@@ -116,6 +121,7 @@ async def _run(
             metrics=metrics,
             posts=posts,
             upload_over_chars=settings.bot_upload_over_chars,
+            tracing=telemetry.tracing,
         )
 
         def owns(key: str) -> bool:
@@ -145,6 +151,7 @@ async def _run(
                 # Posts the shutdown itself queued (cancelled calls) still record where they went.
                 before_store_closes=flush_slack,
                 cluster=node,
+                telemetry=telemetry,
             )
         )
         edge.attach(core.store)
@@ -153,9 +160,9 @@ async def _run(
             await edge.resume()
             await edge.repaint(core.orphans)
             await core.engine.resume(owns)  # before new events: what was acked before the restart goes first
-            ingress = _ingress(settings, client, core, edge, me, metrics)
+            ingress = _ingress(settings, client, core, edge, me, telemetry)
         else:
-            ingress = await _join_cluster(node, settings, client, core, edge, edits, me, metrics)
+            ingress = await _join_cluster(node, settings, client, core, edge, edits, me, telemetry)
         stack.push_async_callback(ingress.close, INGRESS_GRACE_S)
         _gauges(metrics, core, edge, edits, posts, ingress)
         app = build_app(settings, client, ingress, me)
@@ -175,7 +182,9 @@ async def _run(
             stack.push_async_callback(socket.close)  # first on the way out: no reconnect while closing
             _log_start(settings, me, "Socket Mode")
         else:
-            runner = await _listen(app.web_app(path=EVENTS_PATH, port=port), port)
+            events_app = app.web_app(path=EVENTS_PATH, port=port)
+            events_app.middlewares.append(metrics.timed("event_ack_seconds"))  # bolt answers once it has acked
+            runner = await _listen(events_app, port)
             stack.push_async_callback(runner.cleanup)
             _log_start(settings, me, f"HTTP events on port {port} at {EVENTS_PATH}")
         _freeze_start_up()
@@ -222,10 +231,11 @@ def _ingress(
     core: Core,
     edge: SlackEdge,
     me: Identity,
-    metrics: Metrics,
+    telemetry: AgentTelemetry,
     node: ClusterNode | None = None,
 ) -> Ingress:
     """Events in; with `node`, cancels that this replica does not hold go to every replica as rings."""
+    metrics = telemetry.metrics
 
     async def forward(kind: str, body: dict[str, Any]) -> None:
         assert node is not None
@@ -265,7 +275,14 @@ def _ingress(
         node.on("reaction", lambda ring: canceller.on_reaction(ring.extra["body"], forwarded=True))
         node.on("button", lambda ring: canceller.on_button(ring.extra["body"], forwarded=True))
         node.on("cancel", lambda ring: canceller.on_forwarded_cancel(ring.extra["body"]))
-    return Ingress(router=router, canceller=canceller, approvals=approvals, metrics=metrics, ack_after=node is not None)
+    return Ingress(
+        router=router,
+        canceller=canceller,
+        approvals=approvals,
+        metrics=metrics,
+        ack_after=node is not None,
+        tracing=telemetry.tracing,
+    )
 
 
 async def _join_cluster(
@@ -276,13 +293,13 @@ async def _join_cluster(
     edge: SlackEdge,
     edits: EditScheduler,
     me: Identity,
-    metrics: Metrics,
+    telemetry: AgentTelemetry,
 ) -> Ingress:
     """Cluster mode: no resume at start (the reaper adopts what gone replicas left, the thread jobs
     resume their threads), the edit budget shared with the live replicas, and the worker started
     once events can be cancelled."""
 
-    ingress = _ingress(settings, client, core, edge, me, metrics, node)
+    ingress = _ingress(settings, client, core, edge, me, telemetry, node)
 
     async def injected(ring: Ring, taken: list[int]) -> None:
         channel, ts = ring.extra.get("channel"), ring.extra.get("ts")
@@ -326,8 +343,9 @@ def _gauges(
 
 
 def _token_counters(metrics: Metrics, core: Core) -> None:
-    """Four counters by model, read from the core's `UsageMeter` when scraped."""
+    """Four token counters and the estimated cost by model, read from the core's `UsageMeter` when scraped."""
     totals = core.usage.totals
+    prices = core.settings.prices
 
     def reader(part: str) -> Callable[[], dict[str, float]]:
         return lambda: {model: float(getattr(usage, part)) for model, usage in totals.items()}
@@ -339,6 +357,13 @@ def _token_counters(metrics: Metrics, core: Core) -> None:
         ("model_cache_write_tokens_total", "input tokens written to the prompt cache", "cache_write_tokens"),
     ):
         metrics.counter_family(name, f"{kind}, by model", "model", reader(part))
+
+    def cost() -> dict[str, float]:
+        return {model: prices[model].cost(usage) for model, usage in totals.items() if model in prices}
+
+    metrics.counter_family(
+        "model_cost_usd_total", "estimated US$ of the model calls (BOT_MODEL_PRICES), by model", "model", cost
+    )
 
 
 async def _listen(app: web.Application, port: int, *, host: str = "0.0.0.0") -> web.AppRunner:

@@ -34,6 +34,7 @@ from bot.errors import SlackRateLimited, SlackResponseError, SlackUnavailable, S
 from bot.slack.journal import FinalJournal
 from bot.slack.render import EmptyMessage, sendable
 from bot.store import OwedMessage
+from bot.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +94,11 @@ class EditScheduler:
         call_timeout_s: float = CALL_TIMEOUT_S,
         journal: FinalJournal | None = None,
         clock: Callable[[], float] = time.monotonic,
+        metrics: Metrics | None = None,
     ) -> None:
         """With a `journal`, every final state is also written to the store until Slack shows it (see journal.py)."""
         self.stats = EditStats()
+        self._metrics = metrics or Metrics()
         self._journal = journal
         self._client = client
         self._min_interval_s = min_interval_s
@@ -275,6 +278,7 @@ class EditScheduler:
         self._wake.set()
 
     async def _send(self, edit: _Edit) -> None:
+        sent_at = self._clock()
         try:
             async with asyncio.timeout(self._call_timeout_s):
                 await self._client.chat_update(
@@ -304,6 +308,7 @@ class EditScheduler:
         else:
             now = self._clock()
             self.stats.sent += 1
+            self._metrics.observe("slack_edit_lag_seconds", sent_at - edit.since)
             if edit.final and self._journal is not None:
                 self._journal.settle(edit.channel, edit.ts, edit.text)
             self._last_sent = {k: t for k, t in self._last_sent.items() if t > now - self._min_interval_s}

@@ -41,11 +41,11 @@ from bot.slack.files import TOO_SLOW, FileLimits, FileReader, unread
 from bot.slack.filters import Incoming, addressed, classify, deleted_message, may_cancel
 from bot.slack.forget import ForgetDialog
 from bot.slack.history import thread_context, with_context
-from bot.slack.metrics import Metrics
 from bot.slack.output import SlackEdge
 from bot.slack.queues import KeyedLocks
 from bot.store import Store
 from bot.store.forgetting import Forgetting
+from bot.telemetry.metrics import Metrics
 
 if TYPE_CHECKING:
     import psycopg

@@ -24,8 +24,9 @@ from datetime import UTC, datetime
 
 from aiohttp import WSMessage
 from slack_sdk.socket_mode.aiohttp import SocketModeClient
+from slack_sdk.socket_mode.request import SocketModeRequest
 
-from bot.slack.metrics import Metrics
+from bot.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,10 @@ class SocketHealth:
         self._watchdog: asyncio.Task[None] | None = None
         self.sessions = 0
         self.last_envelope_at: float | None = None
+        self._arrived: dict[str, float] = {}  # envelope id -> when its frame came in, until it is acked
         client.on_message_listeners.append(self._on_message)
+        # After bolt's own listener (the handler appended it when built), which returns once the ack is sent.
+        client.socket_mode_request_listeners.append(self._acked)
 
     @property
     def reconnects(self) -> int:
@@ -86,11 +90,18 @@ class SocketHealth:
         self.last_envelope_at = time.time()
         self._heard.set()
         with contextlib.suppress(ValueError, TypeError, AttributeError):
-            if json.loads(message.data).get("type") == "hello":
+            envelope = json.loads(message.data)
+            if envelope.get("envelope_id"):
+                self._arrived[str(envelope["envelope_id"])] = time.monotonic()
+            if envelope.get("type") == "hello":
                 self.sessions += 1
                 if self.sessions > 1:
                     self._metrics.inc("socket_reconnects_total")
                     log.info("Socket Mode reconnected (session %d)", self.sessions)
+
+    async def _acked(self, client: object, request: SocketModeRequest) -> None:
+        if (arrived := self._arrived.pop(request.envelope_id, None)) is not None:
+            self._metrics.observe("event_ack_seconds", time.monotonic() - arrived)
 
     async def _watch(self) -> None:
         while True:

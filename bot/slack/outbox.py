@@ -29,9 +29,9 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.concurrency import backoff_s
 from bot.errors import SlackError
-from bot.slack.metrics import Metrics
 from bot.slack.posts import PostFailed, PostQueue, PostRejected, thread_holds
 from bot.store import OwedMessage, Store
+from bot.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,7 @@ class Outbox:
         self._backlog: dict[str, set[int]] = {}  # session -> its owed posts this worker must deliver
         self._maybe_landed: set[int] = set()  # tried before: check the thread before posting again
         self._attempts: dict[int, int] = {}
+        self._owed_at: dict[int, float] = {}  # post -> when this process knew it owed (for outbox_age_seconds)
         self._not_before = 0.0
         self._wake = asyncio.Event()
         self._empty = asyncio.Event()
@@ -86,6 +87,7 @@ class Outbox:
         """Deliver these owed posts (a previous process's, or a gone replica's); returns them all."""
         for message in owed:
             if message.is_post:
+                self._owed_at.setdefault(message.id, self._clock())
                 self._backlog.setdefault(message.session_key, set()).add(message.id)
                 self._maybe_landed.add(message.id)
                 self._empty.clear()
@@ -103,7 +105,9 @@ class Outbox:
         blocks: list[dict[str, Any]] | None,
     ) -> int:
         """Record a post as owed, before trying it; if the caller cannot deliver it, it is `handed_over`."""
-        return await self._store.owe_post(session_key, channel, thread_ts, text, blocks)
+        post_id = await self._store.owe_post(session_key, channel, thread_ts, text, blocks)
+        self._owed_at[post_id] = self._clock()
+        return post_id
 
     def handed_over(self, session_key: str, post_id: int, *, tried: bool) -> None:
         """An owed post this worker must now deliver (`tried`: it may have landed).
@@ -111,6 +115,7 @@ class Outbox:
         Rows it was not handed (a post being tried right now, an answer owed by a turn's last save that
         the edge has not handed over yet) are not its to deliver."""
         self._backlog.setdefault(session_key, set()).add(post_id)
+        self._owed_at.setdefault(post_id, self._clock())
         self._empty.clear()
         if tried:
             self._maybe_landed.add(post_id)
@@ -124,6 +129,11 @@ class Outbox:
 
     async def settle(self, post_id: int) -> None:
         await self._store.settle_post(post_id)
+        self._settled(post_id)
+
+    def _settled(self, post_id: int) -> None:
+        if (owed_at := self._owed_at.pop(post_id, None)) is not None:
+            self._metrics.observe("outbox_age_seconds", self._clock() - owed_at)
 
     async def idle(self, timeout_s: float) -> bool:
         """Wait until nothing is owed; False after `timeout_s`."""
@@ -187,6 +197,7 @@ class Outbox:
                 log.warning("an owed post in %s is still not delivered (%s); will retry", message.channel, exc)
                 return False
             await self._store.settle_post(message.id)
+            self._settled(message.id)
             self._attempts.pop(message.id, None)
             self._maybe_landed.discard(message.id)
             ids = self._backlog[message.session_key]

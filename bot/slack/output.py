@@ -32,7 +32,6 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.calls.summary import arguments_text
 from bot.slack.askers import PolicyAskers
 from bot.slack.edits import EditScheduler
-from bot.slack.metrics import Metrics
 from bot.slack.posts import PostQueue
 from bot.slack.queues import Operation, SerialQueues
 from bot.slack.quiet import QuietHold
@@ -56,6 +55,8 @@ from bot.slack.thinking import ThinkingStatus
 from bot.slack.threads import ThreadPosts
 from bot.slack.uploads import ANSWER_FILE, UPLOAD_OVER_CHARS, answer_comment
 from bot.store import OwedMessage, Store
+from bot.telemetry.metrics import Metrics
+from bot.telemetry.tracing import Tracing
 from bot.toolcall import ToolCall
 from bot.types import OwedPost, ReminderOutcome, ReminderPost, Speaker, TurnOutcome
 from tools.base import SharedFile
@@ -76,8 +77,10 @@ class SlackEdge:
         posts: PostQueue | None = None,
         first_post_wait_s: float = FIRST_POST_WAIT_S,
         upload_over_chars: int = UPLOAD_OVER_CHARS,
+        tracing: Tracing | None = None,
     ) -> None:
         """`posts` should use a client without the SDK's 429 retries (see `build_client`); by default, `client`."""
+        self._tracing = tracing or Tracing()
         self._client = client
         self._posts = posts or PostQueue(client)
         self._upload_over_chars = upload_over_chars
@@ -298,6 +301,7 @@ class SlackEdge:
 
     def _put(self, key: str, operation: Operation, *, holdable: bool = True) -> None:
         """Queue `operation` behind the session's others; a holdable one is set aside during a held quiet turn."""
+        operation = self._tracing.bind(operation)  # its posts are spans of the turn that queued them
         self._queues.put(key, self._quiet.holdable(key, operation) if holdable else operation)
 
     def _reply(self, key: str) -> ReplyStream:

@@ -26,6 +26,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.concurrency import TokenBucket, backoff_s
 from bot.errors import SlackRateLimited, SlackRefused, SlackUnavailable, SlackUnreachable
+from bot.telemetry.metrics import Metrics
+from bot.telemetry.tracing import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +79,12 @@ class PostQueue:
         call_timeout_s: float = CALL_TIMEOUT_S,
         give_up_after_s: float = GIVE_UP_AFTER_S,
         clock: Callable[[], float] = time.monotonic,
+        metrics: Metrics | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.stats = PostStats()
+        self._metrics = metrics or Metrics()
+        self._tracing = tracing or Tracing()
         self._client = client
         self._per_second = per_second
         self._burst = burst
@@ -97,13 +103,28 @@ class PostQueue:
         metadata: dict[str, Any] | None = None,
     ) -> str:
         """Post and return the new message's ts; `PostFailed` or `PostRejected` when it did not land."""
+        with self._tracing.span("slack chat.postMessage", {"slack.channel.id": channel}, kind="client") as span:
+            ts = await self._post(channel, text, thread_ts, blocks, metadata)
+            span.set({"slack.message.ts": ts})
+            return ts
+
+    async def _post(
+        self,
+        channel: str,
+        text: str,
+        thread_ts: str | None,
+        blocks: list[dict[str, Any]] | None,
+        metadata: dict[str, Any] | None,
+    ) -> str:
         pace = self._channel(channel)
-        deadline = self._clock() + self._give_up_after_s
+        queued_at = self._clock()
+        deadline = queued_at + self._give_up_after_s
         attempts = 0
         async with pace.lock:
             while True:
                 await self._wait_turn(pace)
-                pace.bucket.take(self._clock())
+                sent_at = self._clock()
+                pace.bucket.take(sent_at)
                 try:
                     async with asyncio.timeout(self._call_timeout_s):
                         response = await self._client.chat_postMessage(
@@ -118,6 +139,7 @@ class PostQueue:
                             link_names=False,
                         )
                     self.stats.sent += 1
+                    self._metrics.observe("slack_post_lag_seconds", sent_at - queued_at)
                     return str(response["ts"])
                 except SlackRateLimited as exc:
                     self.stats.rate_limited += 1

@@ -15,7 +15,7 @@ import logging
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.slack.metrics import Metrics
+from bot.telemetry.metrics import Metrics
 from bot.slack.outbox import Outbox, marker
 from bot.slack.posts import PostFailed, PostQueue, PostRejected
 from bot.slack.render import Block, EmptyMessage, sendable
