@@ -111,6 +111,12 @@ class ToolCall:
         return self.tool_name == QUESTION_TOOL
 
     @property
+    def options(self) -> list[str]:
+        """A question's options as the model gave them (its schema keeps them strings); empty for free text."""
+        options = self.input.get("options") if self.is_question else None
+        return [str(option) for option in options] if isinstance(options, list) else []
+
+    @property
     def awaiting_person(self) -> bool:
         """Waiting for a person's word, which a restart does not end: an approval or a question's answer."""
         return self.decision is Decision.ASKED and not self.is_final

@@ -27,7 +27,7 @@ from bot.calls.registry import CallRegistry
 from bot.slack.admission import Admission
 from bot.slack.cancel import NOT_ADMITTED, Forward, explain
 from bot.slack.metrics import Metrics
-from bot.slack.render import ANSWER_ACTIONS, APPROVE_ACTION, question_options
+from bot.slack.render import ANSWER_ACTIONS, APPROVE_ACTION
 from bot.store import Store
 from bot.toolcall import ToolCall
 
@@ -89,7 +89,7 @@ class ApprovalButtons:
                 self._metrics.inc("approvals_decided_total")
 
     async def _answer_click(self, body: dict[str, Any], call: ToolCall, user: str, index: int) -> None:
-        options = question_options(call)
+        options = call.options
         if not call.awaiting_answer or not 0 <= index < len(options):
             await explain(self._client, body, user, ALREADY_ANSWERED)
         elif user not in call.approvers:
@@ -107,7 +107,7 @@ class ApprovalButtons:
             else await self._store.session_calls(session_key, only_open=True)
         )
         return next(
-            (call for call in calls if call.awaiting_answer and not question_options(call) and user in call.approvers),
+            (call for call in calls if call.awaiting_answer and not call.options and user in call.approvers),
             None,
         )
 

@@ -167,7 +167,7 @@ def question_blocks(call: ToolCall, revision: str) -> list[Block]:
             "text": {"type": "mrkdwn", "text": f"❓ {asked}*a question for you:*\n{question}"},
         }
     ]
-    options = question_options(call)
+    options = call.options
     button = {"type": "button", "value": call.id}
     elements = [
         {**button, "action_id": f"{ANSWER_ACTION}:{index}", "text": _plain(option[:BUTTON_TEXT_MAX_CHARS])}
@@ -184,12 +184,6 @@ def question_blocks(call: ToolCall, revision: str) -> list[Block]:
         }
     )
     return blocks
-
-
-def question_options(call: ToolCall) -> list[str]:
-    """A question's options as the model gave them (the schema keeps them strings); empty for free text."""
-    options = call.input.get("options")
-    return [str(option) for option in options] if isinstance(options, list) else []
 
 
 def arguments_file(call: ToolCall) -> str | None:
