@@ -141,7 +141,7 @@ async def oneshot(
         if resume and await core.store.get_session(session_key) is None:
             raise ThreadbotError(f"nothing to resume: no session {session_key!r} in {settings.db_path}")
         if answer is not None:
-            await _answer(core.registry, output, earlier_calls, answer)
+            await _answer(core.registry, output, earlier_calls, answer, first_asked=wait_for_async)
         content = [protocol.text_block(clean_text(prompt))] if prompt else []  # argv may hold undecodable bytes
         outcome = await core.engine.run_turn(session_key, content, stop_at_first_wait=not wait_for_async)
         if wait_for_async:
@@ -153,14 +153,19 @@ async def oneshot(
     return report
 
 
-async def _answer(registry: CallRegistry, output: CollectingOutput, earlier: list[str], text: str) -> None:
+async def _answer(
+    registry: CallRegistry, output: CollectingOutput, earlier: list[str], text: str, *, first_asked: bool
+) -> None:
     """`--answer`: the oldest question the token left waiting gets it now, before the turn reads its result;
-    without one, the first question this run's turn asks gets it as it is asked."""
+    without one, and `first_asked` (a run that waits for its calls), the first question this run's turn asks
+    gets it as it is asked. A run that stops at the first wait would leave that answer half taken."""
     waiting = [call for call_id in earlier if (call := registry.get(call_id)) is not None and call.awaiting_answer]
     if waiting:
         registry.answer(waiting[0].id, text, by=ANSWERED_BY)
         await registry.wait_final(waiting[0].id)
         return
+    if not first_asked:
+        raise ThreadbotError("--answer needs a question to answer: --resume TOKEN of a run that asked one")
 
     def once(call: ToolCall) -> None:
         output.answer = None
