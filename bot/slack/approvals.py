@@ -38,6 +38,7 @@ ALREADY_DECIDED = "This call is no longer waiting for a decision."
 NOT_YOURS_TO_ANSWER = "Not yours to answer: only the person who asked (or an approver) can answer this question."
 ALREADY_ANSWERED = "This question is no longer waiting for an answer."
 ANSWERED_REACTION = "white_check_mark"
+SAVE_WAIT_S = 5.0
 
 
 class ApprovalButtons:
@@ -112,13 +113,16 @@ class ApprovalButtons:
         )
 
     async def on_reply(self, question: ToolCall, user: str, text: str) -> None:
-        """A reply taken (and claimed) as `question`'s answer; its author was admitted by the caller."""
+        """A reply taken (and claimed) as `question`'s answer; its author was admitted by the caller. Here it
+        returns once the answered call is saved, so the ✅ the caller adds next is never ahead of the store."""
         if self._forward is not None:
             await self._forward("approval", {"user": {"id": user}, "reply": {"call": question.id, "text": text}})
-        else:
-            self._answer_reply(question.id, text, user)
+        elif self._answer_reply(question.id, text, user):
+            await self._registry.wait_final(question.id, SAVE_WAIT_S)
 
-    def _answer_reply(self, call_id: str, text: str, user: str) -> None:
+    def _answer_reply(self, call_id: str, text: str, user: str) -> bool:
         call = self._registry.get(call_id)
-        if call is not None and user in call.approvers and self._registry.answer(call_id, text, by=user):
-            self._metrics.inc("questions_answered_total")
+        if call is None or user not in call.approvers or not self._registry.answer(call_id, text, by=user):
+            return False
+        self._metrics.inc("questions_answered_total")
+        return True
