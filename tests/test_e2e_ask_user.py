@@ -108,7 +108,7 @@ async def test_the_requesters_next_reply_answers_a_free_text_question(world: Wor
     assert "white_check_mark" not in slack.reactions_on(channel, other["ts"])
 
 
-async def test_stop_withdraws_a_question(world: World) -> None:
+async def test_stop_or_the_cancel_button_withdraws_a_question(world: World) -> None:
     slack, channel = world.slack, world.channel
     ask = tool_use("ask_user", {"question": "Shall I?"})
     world.script.add("maybe later", Reply.tools(ask), Reply.text_only("Asked."), Reply.text_only("Withdrawn."))
@@ -118,6 +118,16 @@ async def test_stop_withdraws_a_question(world: World) -> None:
     await reply(slack, channel, event["ts"], "stop", user="U1")
     await slack.wait_for(lambda: "cancelled by <@U1>" in status.text, WAIT_S, "the question cancelled")
     assert "cancelled by U1" in await wait_note(world, "maybe later", ask["id"])
+
+    pick = tool_use("ask_user", {"question": "Tea or coffee?", "options": ["tea", "coffee"]})
+    world.script.add("a drink", Reply.tools(pick), Reply.text_only("Asked."), Reply.text_only("No drink then."))
+    event = await mention(slack, channel, "a drink")
+    status = await asked(world, channel, event["ts"])
+    await wait_text(slack, channel, event["ts"], "Asked.")  # the turn ended: the cancel comes as a late result
+    click = slack.block_action(channel, status.ts, CANCEL_ACTION, pick["id"], user="U1")
+    await slack.wait_ack(await slack.send_interactive(click))
+    await slack.wait_for(lambda: "cancelled by <@U1>" in status.text, WAIT_S, "the question cancelled")
+    assert "cancelled by U1" in await wait_note(world, "a drink", pick["id"])
 
 
 async def test_nobody_answering_in_time_is_a_clear_result(world: World) -> None:
