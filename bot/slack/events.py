@@ -196,9 +196,10 @@ class MessageRouter:
         await self._deliver(item.session_key, incoming, content, item.id)
 
     async def _answered(self, session_key: str, incoming: Incoming, keys: list[str]) -> bool:
-        """Whether the reply was an open question's answer (claimed like any event, so given once)."""
+        """Whether the reply was an open question's answer (claimed like any event, so given once). A reply
+        with files is a message for the agent: an answer is text, and the files must not be dropped."""
         text = strip_mention(incoming.text, self._bot_user_id).strip()
-        if self._answers is None or not text:
+        if self._answers is None or not text or incoming.files:
             return False
         question = await self._answers.question_for(session_key, incoming.user)
         if question is None:
