@@ -166,3 +166,23 @@ async def test_a_question_outlives_a_kill_and_its_buttons_and_replies_still_work
 
     await reply(slack, "C1", event["ts"], "fixes the login bug", user="U1")
     assert '\\"answer\\": \\"fixes the login bug\\"' in await wait_note(own, "ship", free["id"])
+
+
+async def test_the_policys_approvers_may_answer_too(own: World) -> None:
+    slack, daemon = own.slack, own.daemon
+    policy = daemon.data_dir.parent / "policy.toml"
+    policy.write_text('[default]\napprovers = ["ULEAD"]\n', encoding="utf-8")
+    daemon.env = {"BOT_POLICY_FILE": str(policy)}
+    await daemon.start()
+    await daemon.connected()
+    ask = tool_use("ask_user", {"question": "Friday deploy?", "options": ["go", "wait"]})
+    own.script.add("deploy friday", Reply.tools(ask), Reply.text_only("Asked."), Reply.text_only("Waiting then."))
+    event = await mention(slack, "C1", "deploy friday")
+    status = await asked(own, "C1", event["ts"])
+    assert "waiting for an answer from <@U1> or <@ULEAD>" in status.text
+    await wait_text(slack, "C1", event["ts"], "Asked.")
+    click = answer_click(own, status, 1, ask["id"], "ULEAD")
+    await slack.wait_ack(await slack.send_interactive(click))
+    assert '\\"answer\\": \\"wait\\", \\"answered_by\\": \\"ULEAD\\"' in await wait_note(
+        own, "deploy friday", ask["id"]
+    )
