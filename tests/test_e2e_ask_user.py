@@ -186,3 +186,16 @@ async def test_the_policys_approvers_may_answer_too(own: World) -> None:
     assert '\\"answer\\": \\"wait\\", \\"answered_by\\": \\"ULEAD\\"' in await wait_note(
         own, "deploy friday", ask["id"]
     )
+
+
+async def test_two_open_questions_take_the_replies_oldest_first(world: World) -> None:
+    slack, channel = world.slack, world.channel
+    first = tool_use("ask_user", {"question": "Your name?"})
+    second = tool_use("ask_user", {"question": "Your team?"})
+    world.script.add("sign me up", Reply.tools(first, second), Reply.text_only("Asked two."))
+    event = await mention(slack, channel, "sign me up")
+    await wait_text(slack, channel, event["ts"], "Asked two.")
+    await reply(slack, channel, event["ts"], "Ada", user="U1")
+    assert '\\"answer\\": \\"Ada\\"' in await wait_note(world, "sign me up", first["id"])
+    await reply(slack, channel, event["ts"], "Platform", user="U1")
+    assert '\\"answer\\": \\"Platform\\"' in await wait_note(world, "sign me up", second["id"])

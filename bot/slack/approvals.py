@@ -103,9 +103,9 @@ class ApprovalButtons:
         """The open free-text question of the session that a reply by `user` answers: the oldest one they may
         answer, or None (the reply is then a message for the agent, as usual)."""
         calls = (
-            self._registry.open_calls(session_key)
+            sorted(self._registry.open_calls(session_key), key=lambda call: call.created_at)
             if self._forward is None
-            else await self._store.session_calls(session_key, only_open=True)
+            else await self._store.session_calls(session_key, only_open=True)  # oldest first
         )
         return next(
             (call for call in calls if call.awaiting_answer and not call.options and user in call.approvers),
