@@ -108,7 +108,7 @@ async def test_the_requesters_next_reply_answers_a_free_text_question(world: Wor
     assert "white_check_mark" not in slack.reactions_on(channel, other["ts"])
 
 
-async def test_stop_or_the_cancel_button_withdraws_a_question(world: World) -> None:
+async def test_stop_the_cancel_button_or_a_reaction_withdraws_a_question(world: World) -> None:
     slack, channel = world.slack, world.channel
     ask = tool_use("ask_user", {"question": "Shall I?"})
     world.script.add("maybe later", Reply.tools(ask), Reply.text_only("Asked."), Reply.text_only("Withdrawn."))
@@ -128,6 +128,15 @@ async def test_stop_or_the_cancel_button_withdraws_a_question(world: World) -> N
     await slack.wait_ack(await slack.send_interactive(click))
     await slack.wait_for(lambda: "cancelled by <@U1>" in status.text, WAIT_S, "the question cancelled")
     assert "cancelled by U1" in await wait_note(world, "a drink", pick["id"])
+
+    react = tool_use("ask_user", {"question": "Lunch?"})
+    world.script.add("lunch plans", Reply.tools(react), Reply.text_only("Asked."), Reply.text_only("No lunch."))
+    event = await mention(slack, channel, "lunch plans")
+    status = await asked(world, channel, event["ts"])
+    await wait_text(slack, channel, event["ts"], "Asked.")
+    await slack.send_event(slack.reaction_added("U1", "x", channel, status.ts))
+    await slack.wait_for(lambda: "cancelled by <@U1>" in status.text, WAIT_S, "the question cancelled")
+    assert "cancelled by U1" in await wait_note(world, "lunch plans", react["id"])
 
 
 async def test_nobody_answering_in_time_is_a_clear_result(world: World) -> None:
