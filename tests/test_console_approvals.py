@@ -134,3 +134,10 @@ async def test_oneshot_leaves_a_question_waiting_and_resume_answers_it(fake: Fak
         "oneshot --answer",
     )
     assert '\\"answer\\": \\"main\\"' in json.dumps(fake.requests[-1]["messages"])
+
+
+async def test_oneshot_answer_without_a_waiting_question_is_an_error(fake: FakeAnthropic, tmp_path: Path) -> None:
+    code, out, err = await run_bot("oneshot", "hello", "--answer", "yes", env=bot_env(fake, tmp_path), cwd=tmp_path)
+    assert code == 1, err
+    assert json.loads(out) == {"error": "--answer needs a question to answer: --resume TOKEN of a run that asked one"}
+    assert fake.requests == [], "nothing was asked of the model"
