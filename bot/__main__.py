@@ -139,6 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
     oneshot.add_argument(
         "--approve", action="store_true", help="approve every call the tool policy asks about (else each is denied)"
     )
+    oneshot.add_argument(
+        "--answer",
+        metavar="TEXT",
+        help="answer the model's question (ask_user): the one the token's run left waiting, else the first one asked",
+    )
 
     command("check")
     command("migrate")
@@ -233,6 +238,7 @@ async def _oneshot(args: argparse.Namespace, settings: Settings) -> int:
             resume=args.resume,
             wait_for_async=args.wait_for_async,
             approve=args.approve,
+            answer=args.answer,
         )
     except ThreadbotError as exc:
         print(json.dumps({"error": str(exc)}))

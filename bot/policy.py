@@ -8,6 +8,9 @@ never undoes a `deny`. A tool no pattern names falls back to the built-in choice
 and operator tools are allowed, `run_command` asks, an MCP tool is allowed when its server
 marks it read-only and asks otherwise.
 
+A question the model asks (`ask_user`) waits for a person whatever the verdict (a deny still refuses it): the
+person who asked may answer it, and so may the approvers of the tables that apply to them.
+
 A pattern is a glob on the tool's name (`mcp__github__*`), optionally with a glob on what the
 call does in parentheses (`run_command(git status*)`): the command's text for `run_command`,
 the arguments as compact JSON for any other tool. A pattern with arguments decides calls,
@@ -27,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.errors import ConfigError
+from bot.toolcall import QUESTION_TOOL
 from tools.base import Tool
 
 SHELL_TOOL = "run_command"
@@ -62,7 +66,8 @@ class Asker:
 
 @dataclass(frozen=True, slots=True)
 class Ruling:
-    """What the policy says about one call: the verdict, the rule that decided it, who may approve."""
+    """What the policy says about one call: the verdict, the rule that decided it, who may approve (for a question:
+    who may answer)."""
 
     verdict: Verdict
     rule: str
@@ -158,7 +163,10 @@ class Policy:
                         found = Ruling(verdict, f"{self.source} {table.label}: {verdict} {pattern.text}")
         if found is None:
             found = _built_in(tool, tool_name)
-        who = tuple(approvers) or ((asker.user,) if asker.user else ())
+        asker_only = (asker.user,) if asker.user else ()
+        if tool_name == QUESTION_TOOL:
+            return Ruling(found.verdict, found.rule, (*asker_only, *(p for p in approvers if p != asker.user)))
+        who = tuple(approvers) or asker_only
         return Ruling(found.verdict, found.rule, who if found.verdict is Verdict.ASK else ())
 
     def hidden(self, names: Iterable[str], asker: Asker) -> frozenset[str]:

@@ -17,6 +17,8 @@ from tools.base import blocks_as_text, result_blocks
 
 JSON = Any
 
+QUESTION_TOOL = "ask_user"
+"""The tool whose call is a question for a person: it waits, like an approval, for their word, which is its result."""
 PROGRESS_LOG_LIMIT = 200
 PROGRESS_PAYLOAD_MAX_CHARS = 2_000
 
@@ -39,9 +41,12 @@ class Decision(StrEnum):
 
     ALLOWED = "allowed"
     ASKED = "asked"
-    """Waiting for an approver; a call left here by a restart is still waiting."""
+    """Waiting for a person's word (an approver's, or a question's answer); a call left here by a restart is still
+    waiting."""
     APPROVED = "approved"
     DENIED = "denied"
+    ANSWERED = "answered"
+    """A question (`ask_user`) that a person answered: the answer is the call's result."""
     TIMED_OUT = "timed_out"
 
 
@@ -99,10 +104,37 @@ class ToolCall:
     decided_by: str | None = None
     """The policy rule that allowed or denied the call, or the person who approved or denied it."""
     approvers: list[str] = field(default_factory=list)
+    """Who may decide a call that asks for an approval, or answer a question."""
+
+    @property
+    def is_question(self) -> bool:
+        return self.tool_name == QUESTION_TOOL
+
+    @property
+    def options(self) -> list[str]:
+        """A question's options as the model gave them (its schema keeps them strings); empty for free text."""
+        options = self.input.get("options") if self.is_question else None
+        return [str(option) for option in options] if isinstance(options, list) else []
+
+    @property
+    def awaiting_person(self) -> bool:
+        """Waiting for a person's word, which a restart does not end: an approval or a question's answer."""
+        return self.decision is Decision.ASKED and not self.is_final
 
     @property
     def awaiting_approval(self) -> bool:
-        return self.decision is Decision.ASKED and not self.is_final
+        return self.awaiting_person and not self.is_question
+
+    @property
+    def awaiting_answer(self) -> bool:
+        return self.awaiting_person and self.is_question
+
+    @property
+    def state(self) -> str:
+        """The status as the model and the audit read it: a call waiting for a person says for what."""
+        if self.awaiting_person:
+            return "awaiting_answer" if self.is_question else "awaiting_approval"
+        return self.status.value
 
     @property
     def is_final(self) -> bool:
@@ -142,7 +174,7 @@ class ToolCall:
         """The shape `get_tool_call_status` returns to the model."""
         view: dict[str, JSON] = {
             "tool_call_id": self.id,
-            "status": "awaiting_approval" if self.awaiting_approval else self.status.value,
+            "status": self.state,
             "tool_name": self.tool_name,
             "started_at": _iso(self.started_at),
             "completed_at": _iso(self.completed_at),
@@ -163,7 +195,7 @@ class ToolCall:
         """How the call ended (or where it stands), in the audit trail's words."""
         if self.status is CallStatus.FAILED and self.timed_out:
             return "timed_out"
-        return "awaiting_approval" if self.awaiting_approval else self.status.value
+        return self.state
 
     def audit_view(self) -> dict[str, JSON]:
         """The call in the audit trail: who asked, what decided it, what it ran with, how it ended."""

@@ -87,3 +87,57 @@ async def test_audit_prints_each_call_with_its_decision(fake: FakeAnthropic, tmp
     assert code == 0 and "run_command(command=echo audited)" in out and "now()" not in out
     code, out, _ = await run_bot("audit", "--since", "soon", env=env, cwd=tmp_path)
     assert code == 2 and "--since 'soon'" in out
+
+
+async def test_the_console_prompts_a_question_and_a_number_answers_it(fake: FakeAnthropic, tmp_path: Path) -> None:
+    ask = tool_use("ask_user", {"question": "Which colour?", "options": ["red", "blue"]})
+    fake.script(Reply.tools(ask), Reply.text_only("Asked."), Reply.text_only("Noted."), Reply.text_only("Blue."))
+    process = await spawn_bot("console", env=bot_env(fake, tmp_path), cwd=tmp_path)
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write(b"paint the shed\n")
+    await process.stdin.drain()
+    asked = await read_until(process.stdout, b"anything else goes to the agent")
+    assert b"Which colour?" in asked and b"1. red" in asked and b"2. blue" in asked
+    await read_until(process.stdout, b"assistant: Asked.")
+    process.stdin.write(b"the shed is at the back\n")  # not an option: a message for the agent
+    await process.stdin.drain()
+    await read_until(process.stdout, b"assistant: Noted.")
+    process.stdin.write(b"2\n")
+    await process.stdin.drain()
+    await read_until(process.stdout, b"assistant: Blue.")
+    process.stdin.close()
+    await asyncio.wait_for(process.wait(), START_S)
+    late = json.dumps(fake.requests[3]["messages"][-1])
+    assert "finished: completed" in late and '\\"answer\\": \\"blue\\"' in late, late
+
+
+async def test_oneshot_leaves_a_question_waiting_and_resume_answers_it(fake: FakeAnthropic, tmp_path: Path) -> None:
+    env = bot_env(fake, tmp_path)
+    ask = tool_use("ask_user", {"question": "Which branch?"})
+    fake.script(Reply.tools(ask))
+    code, out, err = await run_bot("oneshot", "deploy", env=env, cwd=tmp_path)
+    assert code == 0, err
+    report = json.loads(out)
+    [call] = report["tool_calls"]
+    assert (call["name"], call["status"]) == ("ask_user", "awaiting_answer") and report["continuation"]
+    fake.script(Reply.text_only("Deploying main."))
+    code, out, err = await run_bot(
+        "oneshot", "--resume", report["continuation"], "--answer", "main", env=env, cwd=tmp_path
+    )
+    assert code == 0, err
+    resumed = json.loads(out)
+    assert resumed["text"] == "Deploying main."
+    [again] = resumed["tool_calls"]
+    assert (again["status"], again["result"]["answer"], again["result"]["answered_by"]) == (
+        "completed",
+        "main",
+        "oneshot --answer",
+    )
+    assert '\\"answer\\": \\"main\\"' in json.dumps(fake.requests[-1]["messages"])
+
+
+async def test_oneshot_answer_without_a_waiting_question_is_an_error(fake: FakeAnthropic, tmp_path: Path) -> None:
+    code, out, err = await run_bot("oneshot", "hello", "--answer", "yes", env=bot_env(fake, tmp_path), cwd=tmp_path)
+    assert code == 1, err
+    assert json.loads(out) == {"error": "--answer needs a question to answer: --resume TOKEN of a run that asked one"}
+    assert fake.requests == [], "nothing was asked of the model"

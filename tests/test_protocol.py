@@ -260,10 +260,10 @@ async def test_injection_fuse() -> None:
 
 def test_toolbox_problems() -> None:
     box = Toolbox(builtin_tools(shell=None))
-    assert box.names == ["now", "wordcount", "sleep_for", "share_file"]
+    assert box.names == ["now", "wordcount", "sleep_for", "share_file", "ask_user"]
     assert box.problem("now", {}) is None
     assert box.problem("sleep_for", {"seconds": 2}) is None
-    available = "now, wordcount, sleep_for, share_file"
+    available = "now, wordcount, sleep_for, share_file, ask_user"
     assert box.problem("teleport", {}) == f"unknown tool 'teleport'; available tools: {available}"
     assert box.problem("now", [1]) == "arguments must be a JSON object"
     assert box.problem("sleep_for", {}) == "invalid arguments for sleep_for: 'seconds' is a required property"

@@ -137,3 +137,43 @@ def test_a_call_waiting_for_approval_shows_its_exact_arguments_and_the_buttons()
     long.decision = Decision.ASKED
     _, blocks = status_message([long])
     assert arguments_file(long) == "arguments-toolu_B.txt" and "`arguments-toolu_B.txt`" in blocks[1]["text"]["text"]
+
+
+def test_a_question_shows_its_options_as_buttons_that_slacks_models_accept() -> None:
+    from slack_sdk.models.blocks import Block
+
+    from bot.slack.render import ANSWER_ACTION, ANSWER_ACTIONS
+    from bot.toolcall import Decision
+
+    options = ["a" * 75, "<!channel> no", "maybe"]
+    call = ToolCall("toolu_Q", "k", "t", "ask_user", {"question": "Go `now`? @here", "options": options})
+    call.decision, call.approvers, call.requester = Decision.ASKED, ["U1", "UOPS"], "U1"
+    text, blocks = status_message([call])
+    assert icon(call) == "❓" and "waiting for an answer from <@U1> or <@UOPS>" in text
+    for block in Block.parse_all(blocks):
+        block.validate_json()  # what Slack's own block models accept
+    question = blocks[1]["text"]["text"]
+    assert question.startswith("❓ <@U1>, *a question for you:*") and "@\u2060here" in question
+    elements = blocks[2]["elements"]
+    assert [e["action_id"] for e in elements] == [f"{ANSWER_ACTION}:{n}" for n in range(3)] + [CANCEL_ACTION]
+    assert all(ANSWER_ACTIONS.match(e["action_id"]) for e in elements[:3]) and {e["value"] for e in elements} == {
+        "toolu_Q"
+    }, "a button carries the call and the option's index, never the option's text"
+    free = ToolCall("toolu_F", "k", "t", "ask_user", {"question": "Why?"}, decision=Decision.ASKED, requester="U1")
+    _, blocks = status_message([free])
+    assert (
+        "your next reply here is the answer" in str(blocks[2])
+        and blocks[3]["elements"][0]["action_id"] == CANCEL_ACTION
+    )
+    for block in Block.parse_all(blocks):
+        block.validate_json()
+
+
+def test_a_question_answered_or_unanswered_says_so() -> None:
+    from bot.toolcall import Decision
+
+    call = make_call(CallStatus.COMPLETED, tool_name="ask_user", decision=Decision.ANSWERED, decided_by="U1")
+    call.input, call.result = {"question": "?"}, {"question": "?", "answer": "the <b> one", "answered_by": "U1"}
+    assert call_line(call).endswith("answered by <@U1>: the &lt;b&gt; one")
+    late = make_call(CallStatus.FAILED, tool_name="ask_user", decision=Decision.TIMED_OUT, timed_out=True)
+    assert call_line(late).endswith("nobody answered in time")

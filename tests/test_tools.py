@@ -72,8 +72,8 @@ async def test_wordcount(tmp_path: Path, text: str, words: int) -> None:
 
 
 def test_builtin_tools_offer_the_shell_only_when_enabled() -> None:
-    assert [t.name for t in builtin_tools(shell=None)] == ["now", "wordcount", "sleep_for", "share_file"]
-    with_shell = ["now", "wordcount", "sleep_for", "share_file", "run_command"]
+    assert [t.name for t in builtin_tools(shell=None)] == ["now", "wordcount", "sleep_for", "share_file", "ask_user"]
+    with_shell = ["now", "wordcount", "sleep_for", "share_file", "ask_user", "run_command"]
     assert [t.name for t in builtin_tools(shell=ShellPolicy())] == with_shell
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tools.ask_user import ask_user
 from tools.base import Tool
 from tools.now import now
 from tools.run_command import shell_tool
@@ -13,4 +14,4 @@ from tools.wordcount import wordcount
 
 def builtin_tools(*, shell: ShellPolicy | None) -> list[Tool]:
     """The plain tools; `run_command`, fenced by `shell`, only when the operator turned the shell on."""
-    return [now, wordcount, sleep_for, share_file, *([shell_tool(shell)] if shell is not None else [])]
+    return [now, wordcount, sleep_for, share_file, ask_user, *([shell_tool(shell)] if shell is not None else [])]

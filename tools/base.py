@@ -62,6 +62,14 @@ class SharedFile:
     mimetype: str = "application/octet-stream"
 
 
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A person's answer to a question the call asked (`ask_user`), given before the call runs."""
+
+    text: str
+    by: str
+
+
 FileSink = Callable[[SharedFile], None]
 FILE_SINK: ContextVar[FileSink | None] = ContextVar("threadbot_file_sink", default=None)
 """Where `ToolContext.share_file` sends files in the current turn; None where no edge takes them."""
@@ -84,6 +92,8 @@ class ToolContext:
     """Await it with the id of each process group the tool starts: the daemon records it with the call,
     so a start after a crash can kill what is left of it."""
     share: FileSink | None = field(default_factory=FILE_SINK.get)
+    answer: Answer | None = None
+    """For a call that asked a person a question: what they answered (the registry waited for it)."""
 
     def progress(self, payload: JSON, kind: str = "partial") -> None:
         """Record structured progress; safe to call from the event loop or from a tool's thread."""

@@ -27,6 +27,11 @@ AWAITING_MESSAGE = (
     "the denial, will arrive in a later message. Use get_tool_call_status to check, or cancel_tool_call to "
     "withdraw it."
 )
+QUESTION_MESSAGE = (
+    "The question is shown to the person; their answer will arrive in a later message as this call's result "
+    "(or a timeout, if nobody answers in time). Go on with what does not need it, or end your turn. Use "
+    "get_tool_call_status to check, or cancel_tool_call to withdraw the question."
+)
 
 
 def truncate(text: str, max_chars: int) -> str:
@@ -67,12 +72,10 @@ def call_outcome_text(call: ToolCall) -> str:
 
 def tool_result_block(call: ToolCall, max_chars: int) -> dict[str, JSON]:
     if not call.is_final:
-        waiting = call.awaiting_approval
-        placeholder = {
-            "status": "awaiting_approval" if waiting else call.status.value,
-            "tool_call_id": call.id,
-            "message": AWAITING_MESSAGE if waiting else RUNNING_MESSAGE,
-        }
+        message = (
+            (QUESTION_MESSAGE if call.is_question else AWAITING_MESSAGE) if call.awaiting_person else RUNNING_MESSAGE
+        )
+        placeholder = {"status": call.state, "tool_call_id": call.id, "message": message}
         return {"type": "tool_result", "tool_use_id": call.id, "content": json.dumps(placeholder)}
     blocks = result_blocks(call.result) if call.status is CallStatus.COMPLETED else None
     if blocks:

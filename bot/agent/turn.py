@@ -352,8 +352,9 @@ class TurnRunner:
         if request.stop_at_first_wait:
             end = WaitEnd.ALL_DONE
         else:
+            # A question waits for a person, who may take hours: the turn goes on, and the answer comes late.
             end = await wait_for_batch(
-                calls,
+                [call for call in calls if not call.awaiting_answer],
                 registry=self._registry,
                 strategy=self._settings.yield_strategy,
                 injections=request.injections,

@@ -29,7 +29,7 @@ from bot.telemetry.agent import AgentTelemetry
 from bot.text import clean_json, clean_text
 from bot.toolcall import JSON, CallStatus, Decision, ProgressKind, ToolCall
 from bot.types import CallListener
-from tools.base import Tool, ToolContext, ToolError, ToolKind
+from tools.base import Answer, Tool, ToolContext, ToolError, ToolKind
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,15 @@ Notice = Callable[[str, str], None]
 CANCEL_WAIT_S = 5.0
 APPROVAL_TIMEOUT_S = 900.0
 audit_log = logging.getLogger("bot.audit")
+
+
+@dataclass(frozen=True, slots=True)
+class Word:
+    """What a person said to a call that waits for them: an approver's yes or no, or a question's answer."""
+
+    by: str
+    approve: bool = True
+    answer: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +98,7 @@ class CallRegistry:
         """Turns whose thread was told a call waits for its person's other calls (told once a turn)."""
         self._default_timeout_s = default_timeout_s
         self._approval_timeout_s = approval_timeout_s
-        self._verdicts: dict[str, asyncio.Future[tuple[bool, str]]] = {}
+        self._words: dict[str, asyncio.Future[Word]] = {}
         self._calls: OrderedDict[str, ToolCall] = OrderedDict()
         self._open_by_session: dict[str, set[str]] = {}
         self._done: dict[str, asyncio.Event] = {}
@@ -140,14 +149,17 @@ class CallRegistry:
 
         `requester` is the person the call runs for: their calls share BOT_MAX_CONCURRENT_TOOLS_PER_USER.
         `ruling` is the tool policy's word on it: a denied call fails at once, and one that asks waits,
-        as a call like any other, until an approver decides (`decide`) or `approval_timeout_s` passes."""
+        as a call like any other, until an approver decides (`decide`) or `approval_timeout_s` passes.
+        A question (`ask_user`) waits in the same way for its answer (`answer`), from the ruling's approvers."""
         call = ToolCall(call_id, session_key, turn_id, tool_name, tool_input, parent_id=parent_id, requester=requester)
+        if ruling is None and call.is_question:  # no policy at hand: the person it asks for answers
+            ruling = Ruling(Verdict.ALLOW, "built-in: allowed", (requester,) if requester else ())
         if ruling is not None and error is None and tool is not None:
             call.decided_by = ruling.rule
             if ruling.verdict is Verdict.DENY:
                 call.decision = Decision.DENIED
                 error = f"refused by the tool policy ({ruling.rule}); it did not run"
-            elif ruling.verdict is Verdict.ASK:
+            elif ruling.verdict is Verdict.ASK or call.is_question:
                 call.decision, call.approvers, call.decided_by = Decision.ASKED, list(ruling.approvers), None
         self._remember(call)
         if error is not None or tool is None:
@@ -171,13 +183,14 @@ class CallRegistry:
     def _start(self, call: ToolCall, tool: Tool | Callable[[], Tool | None]) -> None:
         self._open_by_session.setdefault(call.session_key, set()).add(call.id)
         self._done[call.id] = asyncio.Event()
-        if call.decision is not Decision.ASKED:
+        if not call.awaiting_person:
             _audit(call)
         self._publish(call)
         self._tasks[call.id] = asyncio.create_task(self._run(call, tool), name=f"tool:{call.tool_name}:{call.id}")
 
     async def _run(self, call: ToolCall, tool_or_lookup: Tool | Callable[[], Tool | None]) -> None:
-        if call.awaiting_approval and not await self._approved(call):
+        word = await self._heard(call) if call.awaiting_person else None
+        if call.is_final:  # denied, unanswered or timed out while it waited
             self._tasks.pop(call.id, None)
             return
         tool = tool_or_lookup if isinstance(tool_or_lookup, Tool) else tool_or_lookup()
@@ -196,6 +209,7 @@ class CallRegistry:
             loop,
             zone=self._zone,
             track_process_group=lambda pgid: self._track_group(call, pgid),
+            answer=Answer(word.answer, word.by) if word is not None and word.answer is not None else None,
         )
         timeout_s = tool.timeout_s or self._default_timeout_s
         try:
@@ -333,43 +347,55 @@ class CallRegistry:
         # Progress can come many times a second; the store gets the latest state twice a second at most.
         self._writer.save_within(call, PROGRESS_FLUSH_S)
 
-    # -- approvals ------------------------------------------------------------------------
+    # -- waiting for a person -------------------------------------------------------------
 
-    async def _approved(self, call: ToolCall) -> bool:
-        """Wait for an approver; False when the call ended instead (denied, timed out: it is final then).
+    def _patience_s(self, call: ToolCall) -> float:
+        """How long a person has: a question's own `timeout_seconds`, else the approval timeout."""
+        asked = call.input.get("timeout_seconds") if call.is_question else None
+        return float(asked) if isinstance(asked, int | float) and asked > 0 else self._approval_timeout_s
+
+    async def _heard(self, call: ToolCall) -> Word | None:
+        """Wait for the person's word; None when the call ended instead (denied, timed out: it is final then).
 
         The deadline counts from the call's creation, so a restart does not give it a new one. Cancelled
         while it waits by a shutdown, it stays open and asked: the next start takes it up again."""
-        verdict = self._verdicts.setdefault(call.id, asyncio.get_running_loop().create_future())
-        left = self._approval_timeout_s - (utcnow() - call.created_at).total_seconds()
+        heard = self._words.setdefault(call.id, asyncio.get_running_loop().create_future())
+        patience_s = self._patience_s(call)
+        left = patience_s - (utcnow() - call.created_at).total_seconds()
         try:
             async with asyncio.timeout(max(left, 0)):
-                approved, by = await asyncio.shield(verdict)
+                word = await asyncio.shield(heard)
         except TimeoutError:
             call.decision, call.decided_by = Decision.TIMED_OUT, None
-            waited = f"{self._approval_timeout_s:g}s"
-            await self._finish(
-                call, CallStatus.FAILED, error=f"nobody approved this call within {waited}; it did not run"
+            waited = f"{patience_s:g}s"
+            error = (
+                f"nobody answered the question within {waited}"
+                if call.is_question
+                else f"nobody approved this call within {waited}; it did not run"
             )
-            return False
+            await self._finish(call, CallStatus.FAILED, error=error, timed_out=call.is_question)
+            return None
         except asyncio.CancelledError:
-            if call.cancelled_by == "shutdown":
+            if call.cancelled_by == "shutdown" or self._abandoning:
                 self._leave_asked(call)
             else:
                 await self._finish(call, CallStatus.CANCELLED)
             raise
         finally:
-            self._verdicts.pop(call.id, None)
-        call.decision, call.decided_by = (Decision.APPROVED if approved else Decision.DENIED), by
+            self._words.pop(call.id, None)
+        if call.is_question:
+            call.decision, call.decided_by = Decision.ANSWERED, word.by
+        else:
+            call.decision, call.decided_by = (Decision.APPROVED if word.approve else Decision.DENIED), word.by
         _audit(call)
-        if not approved:
-            await self._finish(call, CallStatus.FAILED, error=f"denied by {by}; it did not run")
-            return False
+        if not word.approve:
+            await self._finish(call, CallStatus.FAILED, error=f"denied by {word.by}; it did not run")
+            return None
         self._publish(call)
-        return True
+        return word
 
     def _leave_asked(self, call: ToolCall) -> None:
-        """A shutdown while a call waits for approval: nothing runs, so it stays asked for the next start."""
+        """A shutdown while a call waits for a person: nothing runs, so it stays asked for the next start."""
         call.cancelled_by = None
         open_calls = self._open_by_session.get(call.session_key, set())
         open_calls.discard(call.id)
@@ -382,18 +408,25 @@ class CallRegistry:
 
         It may come before the call's task has begun to wait (oneshot answers as the call is published)."""
         call = self._calls.get(call_id)
-        if call is None or not call.awaiting_approval:
+        return call is not None and call.awaiting_approval and self._hear(call_id, Word(by, approve=approve))
+
+    def answer(self, call_id: str, text: str, *, by: str) -> bool:
+        """A person's answer to a question waiting here; False when no question of this process waits for one.
+        Who may answer is the edge's to check, against the call's `approvers`."""
+        call = self._calls.get(call_id)
+        return call is not None and call.awaiting_answer and self._hear(call_id, Word(by, answer=clean_text(text)))
+
+    def _hear(self, call_id: str, word: Word) -> bool:
+        heard = self._words.setdefault(call_id, asyncio.get_running_loop().create_future())
+        if heard.done():
             return False
-        verdict = self._verdicts.setdefault(call_id, asyncio.get_running_loop().create_future())
-        if verdict.done():
-            return False
-        verdict.set_result((approve, by))
+        heard.set_result(word)
         return True
 
     def take_up_asked(self, calls: Sequence[ToolCall], lookup: Callable[[str], Tool | None]) -> None:
-        """Wait here for the approvals a previous process (or a gone replica) left pending: their buttons
-        still work, and their deadlines still count from when they were asked. The tool is looked up
-        once approved, when an MCP server has had time to list it again."""
+        """Wait here for the approvals and answers a previous process (or a gone replica) left pending: their
+        buttons still work, and their deadlines still count from when they were asked. The tool is looked up
+        once the person has spoken, when an MCP server has had time to list it again."""
         for call in calls:
             self._remember(call)
             self._start(call, functools.partial(lookup, call.tool_name))
@@ -414,7 +447,7 @@ class CallRegistry:
         call.cancelled_by = by
         task.cancel()
         await asyncio.wait([task], timeout=CANCEL_WAIT_S)
-        if not call.is_final and task.done() and not (by == "shutdown" and call.awaiting_approval):
+        if not call.is_final and task.done() and not (by == "shutdown" and call.awaiting_person):
             # Cancelled before its first step: the task body never ran, so finish it here.
             self._tasks.pop(call_id, None)
             await self._finish(call, CallStatus.CANCELLED)
@@ -428,9 +461,9 @@ class CallRegistry:
         return await self.cancel_many(list(self._open_by_session.get(session_key, ())), by=by)
 
     async def shutdown(self, grace_s: float) -> None:
-        """Give running calls `grace_s` to finish, then cancel what is left (arq-style). A call waiting for an
-        approval is not waited for: it runs nothing, and it stays waiting for the next start."""
-        tasks = [task for call_id, task in self._tasks.items() if not self._calls[call_id].awaiting_approval]
+        """Give running calls `grace_s` to finish, then cancel what is left (arq-style). A call waiting for a
+        person (an approval, an answer) is not waited for: it runs nothing, and it stays waiting for the next start."""
+        tasks = [task for call_id, task in self._tasks.items() if not self._calls[call_id].awaiting_person]
         if tasks:
             await asyncio.wait(tasks, timeout=grace_s)
         await self.cancel_many(list(self._tasks), by="shutdown")
@@ -439,7 +472,8 @@ class CallRegistry:
     async def abandon(self) -> None:
         """Stop every call because this process is exiting without finishing them (oneshot).
 
-        They end `orphaned`, not `cancelled`: nobody asked for them to stop.
+        They end `orphaned`, not `cancelled`: nobody asked for them to stop. A call that waits for a person
+        stays waiting, as at a shutdown: a later run (oneshot --resume) takes it up again.
         """
         self._abandoning = True
         tasks = list(self._tasks.values())

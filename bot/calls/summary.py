@@ -30,6 +30,7 @@ ICONS = {
 }
 TIMED_OUT_ICON = "⌛"
 AWAITING_ICON = "✋"
+QUESTION_ICON = "❓"
 
 Show = Callable[[str], str]
 
@@ -46,6 +47,8 @@ def one_line(text: str, limit: int) -> str:
 
 def icon(call: ToolCall) -> str:
     """A timeout is a failure, and a call waiting for an approver is pending, but both are worth telling apart."""
+    if call.awaiting_answer:
+        return QUESTION_ICON
     if call.awaiting_approval:
         return AWAITING_ICON
     return TIMED_OUT_ICON if call.timed_out else ICONS[call.status]
@@ -107,13 +110,22 @@ def state_text(call: ToolCall, *, now: datetime | None = None, who: Show = _as_i
     """`running 12s · slept 12s of 30s`, `done in 30.0s`, `cancelled by U1`…, without the icon.
 
     A running call's time is counted to `now` (default: the real now), so a redrawn status ticks.
-    A call that needed an approval says who decided.
+    A call that needed an approval says who decided; a question, who answered.
     """
+    people = " or ".join(who(person) for person in call.approvers)
+    if call.awaiting_answer:
+        return f"waiting for an answer from {people or 'the person who asked'}"
     if call.awaiting_approval:
-        return f"waiting for approval by {' or '.join(who(person) for person in call.approvers) or 'an approver'}"
+        return f"waiting for approval by {people or 'an approver'}"
     line = _state(call, now, who, text)
     if call.decision is Decision.APPROVED:
         return f"{line} · approved by {who(call.decided_by or 'someone')}"
+    if call.decision is Decision.ANSWERED and call.status is CallStatus.COMPLETED:
+        answer = call.result.get("answer") if isinstance(call.result, dict) else None
+        said = f": {text(one_line(answer, DETAIL_MAX_CHARS))}" if isinstance(answer, str) else ""
+        return f"answered by {who(call.decided_by or 'someone')}{said}"
+    if call.decision is Decision.TIMED_OUT and call.is_question:
+        return "nobody answered in time"
     return line
 
 

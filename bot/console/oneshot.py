@@ -4,6 +4,11 @@ Without `--wait-for-async` it never waits for a background call: at the first
 point where the turn would wait, it prints what it has plus a continuation
 token and exits; the calls it leaves behind end `orphaned`. `--resume TOKEN`
 picks the session up again and the model learns what became of them.
+
+A question the model asks (`ask_user`) is not orphaned: it is left waiting in the
+store, reported as `awaiting_answer` with the token, and `--resume TOKEN --answer TEXT`
+answers it before the turn goes on. `--answer` on a first run answers the first
+question asked in it.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Any
 
 from bot.agent import protocol
 from bot.app import open_core
+from bot.calls.registry import CallRegistry
 from bot.config import Settings
 from bot.console.saved_files import save_shared
 from bot.errors import ThreadbotError
@@ -28,6 +34,7 @@ from bot.types import OwedPost, ReminderOutcome, ReminderPost, TurnOutcome
 from tools.base import SharedFile
 
 APPROVED_BY = "oneshot --approve"
+ANSWERED_BY = "oneshot --answer"
 DENIED_BY = "oneshot without --approve (nobody is there to approve it)"
 
 
@@ -42,6 +49,8 @@ class CollectingOutput:
     files: list[str] = field(default_factory=list)
     decide: Callable[[ToolCall], object] | None = None
     """Answers a call that waits for an approval (oneshot decides at once: nobody else is there)."""
+    answer: Callable[[ToolCall], object] | None = None
+    """Answers a question the model asks, when the command line gave the answer."""
 
     def turn_started(self, session_key: str) -> None:
         self._new_line()
@@ -67,6 +76,8 @@ class CollectingOutput:
         self.calls[call.id] = call
         if call.awaiting_approval and self.decide is not None:
             self.decide(call)
+        if call.awaiting_answer and self.answer is not None:
+            self.answer(call)
 
     def notice(self, session_key: str, text: str) -> None:
         self.notices.append(text)
@@ -110,6 +121,7 @@ async def oneshot(
     resume: str | None = None,
     wait_for_async: bool = False,
     approve: bool = False,
+    answer: str | None = None,
 ) -> dict[str, Any]:
     """Run the turn and build the report; raises `ThreadbotError` for problems worth a JSON error.
 
@@ -128,6 +140,8 @@ async def oneshot(
         output.decide = lambda call: core.registry.decide(call.id, approve=approve, by=by)
         if resume and await core.store.get_session(session_key) is None:
             raise ThreadbotError(f"nothing to resume: no session {session_key!r} in {settings.db_path}")
+        if answer is not None:
+            await _answer(core.registry, output, earlier_calls, answer, first_asked=wait_for_async)
         content = [protocol.text_block(clean_text(prompt))] if prompt else []  # argv may hold undecodable bytes
         outcome = await core.engine.run_turn(session_key, content, stop_at_first_wait=not wait_for_async)
         if wait_for_async:
@@ -137,6 +151,27 @@ async def oneshot(
                 output.calls.setdefault(call_id, call)
         report = _report(session_key, output, outcome)
     return report
+
+
+async def _answer(
+    registry: CallRegistry, output: CollectingOutput, earlier: list[str], text: str, *, first_asked: bool
+) -> None:
+    """`--answer`: the oldest question the token left waiting gets it now, before the turn reads its result;
+    without one, and `first_asked` (a run that waits for its calls), the first question this run's turn asks
+    gets it as it is asked. A run that stops at the first wait would leave that answer half taken."""
+    waiting = [call for call_id in earlier if (call := registry.get(call_id)) is not None and call.awaiting_answer]
+    if waiting:
+        registry.answer(waiting[0].id, text, by=ANSWERED_BY)
+        await registry.wait_final(waiting[0].id)
+        return
+    if not first_asked:
+        raise ThreadbotError("--answer needs a question to answer: --resume TOKEN of a run that asked one")
+
+    def once(call: ToolCall) -> None:
+        output.answer = None
+        registry.answer(call.id, text, by=ANSWERED_BY)
+
+    output.answer = once
 
 
 def _report(session_key: str, output: CollectingOutput, outcome: TurnOutcome | None) -> dict[str, Any]:
@@ -149,7 +184,7 @@ def _report(session_key: str, output: CollectingOutput, outcome: TurnOutcome | N
                 "id": call.id,
                 "name": call.tool_name,
                 "input": call.input,
-                "status": call.status.value,
+                "status": call.state,
                 "result": call.result,
                 "error": call.error,
             }

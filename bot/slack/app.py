@@ -35,7 +35,7 @@ from bot.slack.cancel import Canceller
 from bot.slack.client import SlackClient
 from bot.slack.events import MessageRouter
 from bot.slack.forget import FORGET_ACTION
-from bot.slack.render import APPROVE_ACTION, CANCEL_ACTION, DENY_ACTION
+from bot.slack.render import ANSWER_ACTIONS, APPROVE_ACTION, CANCEL_ACTION, DENY_ACTION
 from bot.telemetry.metrics import Metrics
 from bot.telemetry.tracing import Tracing
 
@@ -334,4 +334,5 @@ def build_app(settings: Settings, client: AsyncWebClient, ingress: Ingress, me: 
 
     app.action(APPROVE_ACTION)(on_approval_button)
     app.action(DENY_ACTION)(on_approval_button)
+    app.action(ANSWER_ACTIONS)(on_approval_button)
     return app

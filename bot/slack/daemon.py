@@ -252,6 +252,14 @@ def _ingress(
         forward=forward if node is not None else None,
         admission=admission,
     )
+    approvals = ApprovalButtons(
+        client=client,
+        registry=core.registry,
+        admission=admission,
+        metrics=metrics,
+        store=core.store,
+        forward=forward if node is not None else None,
+    )
     router = MessageRouter(
         client=client,
         store=core.store,
@@ -262,13 +270,7 @@ def _ingress(
         metrics=metrics,
         cluster=ClusterHooks(node.offer_in, lambda key, by: canceller.cancel_turn(key, by=by)) if node else None,
         admission=admission,
-    )
-    approvals = ApprovalButtons(
-        client=client,
-        registry=core.registry,
-        admission=admission,
-        metrics=metrics,
-        forward=forward if node is not None else None,
+        answers=approvals,
     )
     if node is not None:
         node.on("approval", lambda ring: approvals.on_button(ring.extra["body"], forwarded=True))

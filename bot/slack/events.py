@@ -37,8 +37,9 @@ from bot.concurrency import TaskSet
 from bot.config import Settings
 from bot.errors import SlackResponseError
 from bot.slack.admission import Admission
+from bot.slack.approvals import ANSWERED_REACTION, ApprovalButtons
 from bot.slack.files import TOO_SLOW, FileLimits, FileReader, unread
-from bot.slack.filters import Incoming, addressed, classify, deleted_message, may_cancel
+from bot.slack.filters import Incoming, addressed, classify, deleted_message, may_cancel, strip_mention
 from bot.slack.forget import ForgetDialog
 from bot.slack.history import thread_context, with_context
 from bot.slack.output import SlackEdge
@@ -92,10 +93,13 @@ class MessageRouter:
         metrics: Metrics,
         cluster: ClusterHooks | None = None,
         admission: Admission | None = None,
+        answers: ApprovalButtons | None = None,
     ) -> None:
         """With `cluster` (several replicas) a message is handed to its thread's job in the claim's own
         transaction, and `stop` reaches the turn and the calls on whichever replica runs them. `admission`
-        decides whom the bot answers (default: the allow-lists, teams not told apart)."""
+        decides whom the bot answers (default: the allow-lists, teams not told apart). With `answers`, a reply
+        that answers an open question (bot/slack/approvals.py) goes to it rather than to the agent."""
+        self._answers = answers
         self._admission = admission or Admission.of(settings)
         self._offer_in = cluster.offer_in if cluster is not None else None
         self._cancel_everywhere = cluster.cancel_everywhere if cluster is not None else None
@@ -166,6 +170,8 @@ class MessageRouter:
                 assert session_key is not None
                 await self._stop(session_key, incoming)
             return
+        if session_key is not None and await self._answered(session_key, incoming, keys):
+            return
         address = {"speaker": incoming.user} if session_key is not None else self._new_address(incoming)
         if self._offer_in is not None:
             await self._claim_in_cluster(incoming, keys, session_key, address)
@@ -188,6 +194,22 @@ class MessageRouter:
         if read != text or incoming.files:
             await self._store.revise_message(item.id, read, content if isinstance(content, list) else None)
         await self._deliver(item.session_key, incoming, content, item.id)
+
+    async def _answered(self, session_key: str, incoming: Incoming, keys: list[str]) -> bool:
+        """Whether the reply was an open question's answer (claimed like any event, so given once). A reply
+        with files is a message for the agent: an answer is text, and the files must not be dropped."""
+        text = strip_mention(incoming.text, self._bot_user_id).strip()
+        if self._answers is None or not text or incoming.files:
+            return False
+        question = await self._answers.question_for(session_key, incoming.user)
+        if question is None:
+            return False
+        if not await self._store.claim_event(*keys):
+            self._metrics.inc("events_duplicate_total")
+            return True
+        await self._answers.on_reply(question, incoming.user, text)
+        await self.react(incoming.channel, incoming.ts, ANSWERED_REACTION)
+        return True
 
     async def _claim_in_cluster(
         self, incoming: Incoming, keys: list[str], session_key: str | None, address: dict[str, Any]

@@ -36,6 +36,10 @@ Edit = Callable[[str, str, str, list[Block], bool], None]
 CANCEL_ACTION = "cancel_call"
 APPROVE_ACTION = "approve_call"
 DENY_ACTION = "deny_call"
+ANSWER_ACTION = "answer_call"
+"""A question's option buttons are `answer_call:<index>` (action ids are unique in a block); the value is the call."""
+ANSWER_ACTIONS = re.compile(rf"^{ANSWER_ACTION}:\d+$")
+BUTTON_TEXT_MAX_CHARS = 75
 ARGUMENTS_MAX_CHARS = 2_900
 """What fits a section beside its code fence; longer arguments are shared as a file beside the status."""
 MAX_CALL_BLOCKS = 49
@@ -102,6 +106,9 @@ def status_message(
             "block_id": f"call:{call.id}:{revision}"[-255:],
             "text": {"type": "mrkdwn", "text": line[:SECTION_MAX_CHARS]},
         }
+        if call.awaiting_answer:
+            blocks += [block, *question_blocks(call, revision)]
+            continue
         if call.awaiting_approval:
             blocks += [block, *approval_blocks(call, revision)]
             continue
@@ -143,6 +150,40 @@ def approval_blocks(call: ToolCall, revision: str) -> list[Block]:
             ],
         },
     ]
+
+
+def question_blocks(call: ToolCall, revision: str) -> list[Block]:
+    """A question for the person it names: its text, and a button per option (else how to answer), and Cancel.
+
+    The requester is mentioned, so the question reaches them like a direct word; the text is the model's, so
+    its own mentions are made inert. A button carries the call and the option's index, never its text: the
+    answer is taken from the call's own options."""
+    asked = f"{who(call.requester)}, " if call.requester else ""
+    question = defuse(escape(str(call.input.get("question", ""))))[: SECTION_MAX_CHARS - 80]
+    blocks: list[Block] = [
+        {
+            "type": "section",
+            "block_id": f"question:{call.id}:{revision}"[-255:],
+            "text": {"type": "mrkdwn", "text": f"❓ {asked}*a question for you:*\n{question}"},
+        }
+    ]
+    options = call.options
+    button = {"type": "button", "value": call.id}
+    elements = [
+        {**button, "action_id": f"{ANSWER_ACTION}:{index}", "text": _plain(option[:BUTTON_TEXT_MAX_CHARS])}
+        for index, option in enumerate(options)
+    ]
+    if not options:
+        hint = "Reply in this thread to answer: your next reply here is the answer."
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": hint}]})
+    blocks.append(
+        {
+            "type": "actions",
+            "block_id": f"answer:{call.id}:{revision}"[-255:],
+            "elements": [*elements, {**button, "action_id": CANCEL_ACTION, "text": _plain("Cancel")}],
+        }
+    )
+    return blocks
 
 
 def arguments_file(call: ToolCall) -> str | None:

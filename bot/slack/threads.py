@@ -15,13 +15,13 @@ import logging
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.telemetry.metrics import Metrics
 from bot.slack.outbox import Outbox, marker
 from bot.slack.posts import PostFailed, PostQueue, PostRejected
 from bot.slack.render import Block, EmptyMessage, sendable
 from bot.slack.sessions import Address, Sessions
 from bot.slack.uploads import upload
 from bot.store import OwedMessage, Store
+from bot.telemetry.metrics import Metrics
 from bot.types import OwedPost
 
 log = logging.getLogger(__name__)

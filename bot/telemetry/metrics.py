@@ -32,6 +32,7 @@ COUNTERS = {
     "injections_total": "messages injected into a running turn",
     "cancels_total": "cancel requests (reactions, buttons, stop)",
     "approvals_decided_total": "tool calls approved or denied from Slack",
+    "questions_answered_total": "ask_user questions answered from Slack (a button or a reply)",
     "slack_posts_total": "chat.postMessage calls that landed",
     "slack_errors_total": "Slack Web API calls that failed after retries",
     "socket_reconnects_total": "Socket Mode sessions opened after the first (drops, stale pings, silence)",
