@@ -48,6 +48,7 @@ from bot.slack.journal import FinalJournal
 from bot.slack.metrics import Metrics
 from bot.slack.output import SlackEdge
 from bot.slack.posts import PostQueue
+from bot.slack.surface import agent_surface
 from bot.slack.tokens import token_problem
 
 if TYPE_CHECKING:
@@ -265,7 +266,16 @@ def _ingress(
         node.on("reaction", lambda ring: canceller.on_reaction(ring.extra["body"], forwarded=True))
         node.on("button", lambda ring: canceller.on_button(ring.extra["body"], forwarded=True))
         node.on("cancel", lambda ring: canceller.on_forwarded_cancel(ring.extra["body"]))
-    return Ingress(router=router, canceller=canceller, approvals=approvals, metrics=metrics, ack_after=node is not None)
+    home, threads = agent_surface(settings, client, core, edge, me, metrics, admission)
+    return Ingress(
+        router=router,
+        canceller=canceller,
+        approvals=approvals,
+        metrics=metrics,
+        ack_after=node is not None,
+        home=home,
+        threads=threads,
+    )
 
 
 async def _join_cluster(

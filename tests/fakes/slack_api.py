@@ -50,6 +50,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from slack_sdk.errors import SlackObjectFormationError
 from slack_sdk.models.blocks import Block
 
+from fakes.slack_agent import FakeAgentSurface
 from fakes.slack_files import FakeFiles
 
 JsonDict = dict[str, Any]
@@ -549,11 +550,11 @@ class FakeSlack:
             "conversations.info": self._conversations_info,
             "users.info": self._users_info,
             "assistant.threads.setStatus": self._assistant_set_status,
-            "assistant.threads.setTitle": self._assistant_ok,
-            "assistant.threads.setSuggestedPrompts": self._assistant_ok,
         }
         self.files = FakeFiles(self)  # files.*, file downloads and uploads: see fakes/slack_files.py
         self._handlers |= self.files.handlers()
+        self.agent = FakeAgentSurface(self)  # views.publish, suggested prompts, titles: see fakes/slack_agent.py
+        self._handlers |= self.agent.handlers()
 
     # ---- lifecycle ----------------------------------------------------------------------------------------
 
@@ -1127,11 +1128,6 @@ class FakeSlack:
         if "status" not in params:
             raise SlackError("invalid_arguments")
         self.assistant_statuses.append((channel, thread_ts, str(params["status"])))
-        return {}
-
-    def _assistant_ok(self, params: JsonDict, token: str | None) -> JsonDict:
-        _require(params, "channel_id", "channel_not_found")
-        _require(params, "thread_ts")
         return {}
 
     # ---- response_url ---------------------------------------------------------------------------------------
