@@ -111,6 +111,38 @@ class FakeAgentSurface:
             "event_ts": ts,
         }
 
+    def home_action(self, user: str, action_id: str, value: str, *, view_of: str | None = None) -> JsonDict:
+        """A ``block_actions`` payload for a button in a published home tab (``view_of``'s, default ``user``'s:
+        another's view, as a forged click would carry it). A view's actions come without a channel or a
+        ``response_url``: an answer to whoever clicked can only be a new view."""
+        owner = view_of or user
+        view = self.homes[owner].view
+        buttons = [
+            block["accessory"]
+            for block in view.get("blocks", [])
+            if (block.get("accessory") or {}).get("action_id") == action_id
+            and block["accessory"].get("value") == value
+        ]
+        if not buttons:
+            raise AssertionError(f"no {action_id} button with value {value!r} in {owner}'s home")
+        base = self._slack.block_action_base(user)
+        return {
+            **base,
+            "container": {"type": "view", "view_id": f"V{owner}"},
+            "view": {"id": f"V{owner}", "type": "home", "hash": self.homes[owner].hash, **view},
+            "state": {"values": {}},
+            "actions": [
+                {
+                    "action_id": action_id,
+                    "block_id": f"{action_id}:{value}",
+                    "type": "button",
+                    "value": value,
+                    "text": buttons[0]["text"],
+                    "action_ts": self._slack._next_ts(),
+                }
+            ],
+        }
+
     # ---- methods ----------------------------------------------------------------------------------------------
 
     def _views_publish(self, params: JsonDict, token: str | None) -> JsonDict:
@@ -134,6 +166,8 @@ class FakeAgentSurface:
                 raise SlackObjectFormationError("views.publish publishes home views only")
             view.validate_json()
             for block in view.blocks or []:
+                if block is None:
+                    raise SlackObjectFormationError("a block of a type Block Kit does not know")
                 block.validate_json()
         except (SlackObjectFormationError, TypeError) as exc:
             raise SlackError("invalid_arguments", response_metadata={"messages": [f"[ERROR] {exc}"]}) from None

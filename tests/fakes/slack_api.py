@@ -1249,6 +1249,18 @@ class FakeSlack:
         if value is not None:
             action |= {"value": value, "text": {"type": "plain_text", "text": value}}
         return {
+            **self.block_action_base(user),
+            "container": container,
+            "channel": {"id": channel, "name": channel.lower()},
+            "message": message.to_api(),
+            "state": {"values": {}},
+            "response_url": f"{self.base_url}/response_url/{url_id}",
+            "actions": [action],
+        }
+
+    def block_action_base(self, user: str) -> JsonDict:
+        """What every ``block_actions`` payload carries, wherever the button was: who clicked, the app, the team."""
+        return {
             "type": "block_actions",
             "user": {
                 "id": user,
@@ -1258,16 +1270,10 @@ class FakeSlack:
             },
             "api_app_id": APP_ID,
             "token": VERIFICATION_TOKEN,
-            "container": container,
             "trigger_id": f"{secrets.randbelow(10**10)}.{secrets.token_hex(8)}",
             "team": {"id": TEAM_ID, "domain": TEAM_DOMAIN},
             "enterprise": None,
             "is_enterprise_install": False,
-            "channel": {"id": channel, "name": channel.lower()},
-            "message": message.to_api(),
-            "state": {"values": {}},
-            "response_url": f"{self.base_url}/response_url/{url_id}",
-            "actions": [action],
         }
 
     def _store_user_message(
