@@ -120,8 +120,7 @@ class FakeAgentSurface:
         buttons = [
             block["accessory"]
             for block in view.get("blocks", [])
-            if (block.get("accessory") or {}).get("action_id") == action_id
-            and block["accessory"].get("value") == value
+            if (block.get("accessory") or {}).get("action_id") == action_id and block["accessory"].get("value") == value
         ]
         if not buttons:
             raise AssertionError(f"no {action_id} button with value {value!r} in {owner}'s home")
