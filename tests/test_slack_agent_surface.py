@@ -22,7 +22,7 @@ from bot.clock import utcnow
 from bot.config import DEFAULT_SUGGESTED_PROMPTS, Settings, SuggestedPrompt, load_settings
 from bot.errors import ConfigError
 from bot.slack.admission import Admission
-from bot.slack.home import HomeTab, thread_link, week_start
+from bot.slack.home import BURST, PUBLISHES_PER_MINUTE, HomeTab, thread_link, week_start
 from bot.slack.home_view import CANCEL_REMINDER_ACTION, MAX_CALLS, PersonWork, home_view
 from bot.slack.metrics import Metrics
 from bot.slack.prompts import AgentThreads
@@ -205,11 +205,33 @@ async def test_an_app_slack_refuses_says_so_once_and_goes_on(
 ) -> None:
     slack.agent.refuse_agent_methods = "not_authorized"
     with caplog.at_level(logging.INFO, logger="bot.slack.prompts"):
-        for _ in range(3):
+        for n in range(3):
             await threads.dm_opened(_body(slack.agent.app_home_opened("U1", tab="messages")))
+            await threads.message(_body(slack.user_message("D1", f"request {n}")))
     said = [r.getMessage() for r in caplog.records if "refuses" in r.getMessage()]
     assert len(said) == 1 and "not_authorized" in said[0] and "agent_view" in said[0]
     assert len(slack.calls_to("assistant.threads.setSuggestedPrompts")) == 1
+    assert not slack.calls_to("assistant.threads.setTitle"), "the same declaration is missing for titles"
+
+
+async def test_a_home_tab_the_app_has_not_enabled_is_said_once(
+    slack: FakeSlack,
+    client: AsyncWebClient,
+    store_opener: StoreOpener,
+    settings: Settings,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    slack.agent.home_tab_enabled = False
+    home = Home(slack, client, await store_opener(), settings)
+    try:
+        with caplog.at_level(logging.INFO, logger="bot.slack.home"):
+            await home.tab.opened(_body(slack.agent.app_home_opened("U1")))
+            said = lambda: [r.getMessage() for r in caplog.records if "not_enabled" in r.getMessage()]  # noqa: E731
+            await slack.wait_for(said, WAIT_S, "the refusal logged")
+            await home.tab.opened(_body(slack.agent.app_home_opened("U2")))
+    finally:
+        await home.tab.close(1.0)
+    assert len(said()) == 1 and len(slack.calls_to("views.publish")) == 1
 
 
 # --- the App Home ------------------------------------------------------------------------------------------------
@@ -369,20 +391,23 @@ async def test_an_open_home_follows_the_store(
 async def test_many_people_watching_stay_inside_tier_4(
     slack: FakeSlack, client: AsyncWebClient, store_opener: StoreOpener, settings: Settings
 ) -> None:
-    """Time runs 12x: the fake allows Tier 4's 100 a minute (20/s here), the home spends at most 50 (10/s)."""
+    """Time runs 12x: the fake allows Tier 4's 100 a minute (20/s here); the home spends 80 a minute (16/s)
+    across the workspace, this replica half of it beside another live one (8/s), whoever is watching."""
     scale = 12.0
     slack.agent.limit_like_slack(time_scale=scale)
     store = await store_opener()
-    home = Home(slack, client, store, settings, refresh_s=0.01, per_minute=50 * scale)
+    home = Home(slack, client, store, settings, refresh_s=0.01, per_minute=PUBLISHES_PER_MINUTE * scale)
+    home.tab.share_budget(2)
     try:
         for n in range(30):
             await home.tab.opened(_body(slack.agent.app_home_opened(f"U{n:02d}")))
-        await slack.wait_for(lambda: len(slack.calls_to("views.publish")) >= 40, WAIT_S, "40 publishes")
+        await slack.wait_for(lambda: len(slack.calls_to("views.publish")) >= 30, WAIT_S, "30 publishes")
     finally:
         await home.tab.close(1.0)
     times = [call.time for call in slack.calls_to("views.publish")]
     elapsed = times[-1] - times[0]
-    assert len(times) <= 10 + 10 * elapsed + 2, f"{len(times)} publishes in {elapsed:.2f}s"
+    rate = PUBLISHES_PER_MINUTE * scale / 60 / 2
+    assert len(times) <= BURST + rate * elapsed + 2, f"{len(times)} publishes in {elapsed:.2f}s"
     assert slack.rate_limited["views.publish"] == 0
 
 

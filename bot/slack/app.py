@@ -202,7 +202,7 @@ class Ingress:
     ) -> None:
         """`home` and `threads` are the agent surface (App Home; suggested prompts and titles), when wired."""
         self.router = router
-        self._home = home
+        self.home = home
         self._threads = threads
         self._canceller = canceller
         self._approvals = approvals
@@ -237,8 +237,8 @@ class Ingress:
     async def home_opened(self, body: dict[str, Any]) -> None:
         """`app_home_opened`: the home tab is published, the messages tab (a DM) offered its prompts."""
         self._metrics.inc("events_received_total")
-        if self._home is not None:
-            await self._home.opened(body)
+        if self.home is not None:
+            await self.home.opened(body)
         if self._threads is not None:
             self.tasks.spawn(self._threads.dm_opened(body), "slack-prompts")
 
@@ -249,13 +249,13 @@ class Ingress:
 
     async def reminder_button(self, body: dict[str, Any]) -> None:
         self._metrics.inc("events_received_total")
-        if self._home is not None:
-            await self._handle(self._home.on_cancel_reminder(body), "slack-reminder-button")
+        if self.home is not None:
+            await self._handle(self.home.on_cancel_reminder(body), "slack-reminder-button")
 
     async def _then_repaint_home(self, work: Coroutine[Any, Any, None], body: dict[str, Any]) -> None:
         await work
-        if self._home is not None:
-            self._home.poke(str((body.get("user") or {}).get("id") or ""))
+        if self.home is not None:
+            self.home.poke(str((body.get("user") or {}).get("id") or ""))
 
     async def approval_button(self, body: dict[str, Any]) -> None:
         self._metrics.inc("events_received_total")
@@ -289,8 +289,8 @@ class Ingress:
         still read (a handler that claims a message meanwhile may still start reading its files)."""
         await self.tasks.close(timeout_s)
         await self.router.close(timeout_s)
-        if self._home is not None:
-            await self._home.close(timeout_s)
+        if self.home is not None:
+            await self.home.close(timeout_s)
 
 
 def build_app(settings: Settings, client: AsyncWebClient, ingress: Ingress, me: Identity) -> AsyncApp:

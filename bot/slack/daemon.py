@@ -299,7 +299,12 @@ async def _join_cluster(
         if channel and ts:
             await ingress.router.react(str(channel), str(ts), INJECTION_REACTION)
 
-    node.attach_edge(paint_orphans=edge.repaint, live=edits.share_budget, injected=injected, take_over=edge.take_over)
+    def live(replicas: int) -> None:
+        edits.share_budget(replicas)
+        if ingress.home is not None:
+            ingress.home.share_budget(replicas)
+
+    node.attach_edge(paint_orphans=edge.repaint, live=live, injected=injected, take_over=edge.take_over)
     await node.start()
     return ingress
 

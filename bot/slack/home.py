@@ -6,10 +6,10 @@ again every `refresh_s` while watched (elapsed times move, calls end, on this re
 other), and at once after a Cancel pressed in it. Everything in it is read from the store,
 so it is right after a restart and whichever replica the event reached.
 
-`views.publish` is Tier 4 (100+ calls a minute per workspace). Every publish of this
-replica takes a token from one bucket of `per_minute` (50 by default: two replicas together
-stay inside the tier), so many people watching at once see slower refreshes, never a 429
-storm; a 429 that comes anyway empties the bucket. A home tab the app has not enabled
+`views.publish` is Tier 4 (100+ calls a minute per workspace). Every publish takes a token
+from one bucket of `per_minute` (80 by default, inside the tier) shared with the cluster's
+other live replicas (`share_budget`), so many people watching at once see slower refreshes,
+never a 429 storm; a 429 that comes anyway empties the bucket. A home tab the app has not enabled
 (`not_enabled`) is said once, and nothing more is published.
 """
 
@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 WATCH_S = 600.0
 """How long an opening is taken to mean the tab is still on screen."""
 REFRESH_S = 15.0
-PUBLISHES_PER_MINUTE = 50.0
+PUBLISHES_PER_MINUTE = 80.0
 BURST = 10
 
 CancelReminder = Callable[[int, str], Awaitable[Reminder | None]]
@@ -89,6 +89,7 @@ class HomeTab:
         self._workspace_url = workspace_url
         self._watch_s = watch_s
         self._refresh_s = refresh_s
+        self._per_minute = per_minute
         self._bucket = TokenBucket(per_minute / 60.0, BURST, time.monotonic())
         self._until: dict[str, float] = {}
         """Who is watching, and until when (monotonic)."""
@@ -112,6 +113,10 @@ class HomeTab:
         self._pokes[user] = asyncio.Event()
         if self._tasks.spawn(self._watch(user), f"slack-home:{user}") is None:
             self._pokes.pop(user, None)
+
+    def share_budget(self, replicas: int) -> None:
+        """The publish budget is the workspace's: with `replicas` live processes each spends its share."""
+        self._bucket.rate = self._per_minute / 60.0 / max(1, replicas)
 
     def poke(self, user: str) -> None:
         """Something the person did in their home (a Cancel) changed it: publish again now."""

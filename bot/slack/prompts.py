@@ -9,7 +9,7 @@ first request, on one line and shortened, as its title (`assistant.threads.setTi
 
 Both methods are Tier 4 (100+ a minute) and need `assistant:write`. An app Slack does not
 take for an agent answers `not_authorized`, `missing_scope` or the like: that is said once,
-in one line, and the bot goes on without prompts or titles.
+in one line, and the bot goes on without prompts or titles (neither is tried again).
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ class AgentThreads:
         self._prompts = [{"title": prompt.title, "message": prompt.message} for prompt in prompts]
         self._bot_user_id = bot_user_id
         self._admission = admission
-        self._refused: set[str] = set()
+        self._refused = False
+        """Slack said the app is no agent: both methods need the same declaration, so neither is tried again."""
         self._titled: OrderedDict[tuple[str, str], None] = OrderedDict()
         """Threads titled lately: a redelivered or twinned event costs no second call."""
 
@@ -105,14 +106,14 @@ class AgentThreads:
         )
 
     async def _call(self, method: str, send: Callable[[], Awaitable[object]]) -> None:
-        if method in self._refused:
+        if self._refused:
             return
         try:
             await send()
         except SlackApiError as exc:
             error = str(exc.response.get("error"))
             if error in REFUSALS:
-                self._refused.add(method)
+                self._refused = True
                 log.warning(
                     "Slack refuses %s (%s): the app is not declared an agent (features.agent_view and "
                     "assistant:write in deploy/slack-manifest.yml); going on without it",
