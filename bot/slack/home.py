@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -171,6 +172,8 @@ class HomeTab:
                 log.warning("Slack refuses views.publish (not_enabled): the app's home tab is off; no App Home")
             else:
                 log.info("views.publish for %s failed: %s", user, error)
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:  # Slack out of reach: the next refresh tries again
+            log.info("views.publish for %s failed: %s", user, str(exc) or type(exc).__name__)
 
     async def _take_token(self) -> None:
         """Wait for the budget's next token; one waiter at a time, so the bucket is never overdrawn."""
