@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from daemon_rig import WAIT_S, World, mention, wait_status
+from daemon_rig import WAIT_S, World, mention, wait_status, wait_text
 from fakes.anthropic_api import Reply, tool_use
 
 from bot.config import DEFAULT_SUGGESTED_PROMPTS
+from bot.slack.home_view import CANCEL_REMINDER_ACTION
 from bot.slack.render import CANCEL_ACTION
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio(loop_scope="module")]
@@ -60,3 +61,51 @@ async def test_a_dm_is_offered_the_prompts_and_its_thread_gets_a_title(world: Wo
     await slack.send_event(root)
     await slack.wait_for(lambda: slack.agent.titles.get(("DHOME", root["ts"])), WAIT_S, "the thread's title")
     assert slack.agent.titles[("DHOME", root["ts"])] == "Remind me in 10 minutes to stretch."
+
+
+async def test_a_reminder_set_in_a_thread_is_cancelled_from_the_home(world: World) -> None:
+    slack, channel = world.slack, world.channel
+    ask = tool_use("schedule_reminder", {"text": "water the plants", "in_seconds": 3600})
+    world.script.add("remind home", Reply.tools(ask), Reply.text_only("Reminder set."))
+    event = await mention(slack, channel, "remind home", user="U3")
+    await wait_text(slack, channel, event["ts"], "Reminder set.")
+    await slack.send_event(slack.agent.app_home_opened("U3"))
+    await slack.wait_for(lambda: _reminders(slack.agent.home_of("U3")), WAIT_S, "U3's home with the reminder")
+    [reminder_id] = _reminders(slack.agent.home_of("U3"))
+    assert "water the plants" in str(slack.agent.home_of("U3"))
+    await slack.send_event(slack.agent.app_home_opened("U2"))
+    await slack.wait_for(lambda: slack.agent.home_of("U2") is not None, WAIT_S, "U2's home")
+    seen = len(slack.agent.homes["U2"].history)
+    forged = slack.agent.home_action("U2", CANCEL_REMINDER_ACTION, reminder_id, view_of="U3")
+    await slack.wait_ack(await slack.send_interactive(forged))
+    await slack.wait_for(lambda: len(slack.agent.homes["U2"].history) > seen, WAIT_S, "U2's home after the click")
+    seen = len(slack.agent.homes["U3"].history)
+    await slack.send_event(slack.agent.app_home_opened("U3"))  # looks again
+    await slack.wait_for(lambda: len(slack.agent.homes["U3"].history) > seen, WAIT_S, "U3's home again")
+    assert _reminders(slack.agent.home_of("U3")) == [reminder_id], "someone else's click is refused"
+    await slack.wait_ack(
+        await slack.send_interactive(slack.agent.home_action("U3", CANCEL_REMINDER_ACTION, reminder_id))
+    )
+    await slack.wait_for(lambda: not _reminders(slack.agent.home_of("U3")), WAIT_S, "U3's home without it")
+
+
+async def test_an_assistant_thread_is_offered_the_prompts_in_it(world: World) -> None:
+    slack = world.slack
+    slack.agent.agent_app = False
+    try:
+        event = slack.agent.assistant_thread_started("U1", channel="DASSIST")
+        await slack.send_event(event)
+        offers = await slack.wait_for(
+            lambda: [o for o in slack.agent.prompt_offers if o.channel == "DASSIST"], WAIT_S, "prompts in the thread"
+        )
+    finally:
+        slack.agent.agent_app = True
+    assert offers[0].thread_ts == event["assistant_thread"]["thread_ts"]
+
+
+def _reminders(view: dict[str, Any] | None) -> list[str]:
+    return [
+        block["accessory"]["value"]
+        for block in (view or {}).get("blocks", [])
+        if (block.get("accessory") or {}).get("action_id") == CANCEL_REMINDER_ACTION
+    ]
