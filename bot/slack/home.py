@@ -126,7 +126,11 @@ class HomeTab:
 
     async def on_cancel_reminder(self, body: dict[str, Any]) -> None:
         """The Cancel of a wait or a reminder: only whoever set it, the session's requester or an allowed user."""
-        user = str((body.get("user") or {}).get("id") or "")
+        person = body.get("user") or {}
+        user = str(person.get("id") or "")
+        if not self._admission.admits(user, team=str(person.get("team_id") or "")):
+            log.info("ignoring a cancel of a reminder by %s: not someone the bot answers", user)
+            return
         for action in body.get("actions") or []:
             value = str(action.get("value") or "")
             reminder = await self._store.get_reminder(int(value)) if value.isdigit() else None
