@@ -8,6 +8,7 @@ hours) and turning a validation failure into one line that names the variable.
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import shutil
 from dataclasses import dataclass
@@ -56,6 +57,45 @@ class YieldStrategy:
         if arg:
             raise ValueError(f"{name} takes no argument")
         return cls(mode)
+
+
+@dataclass(frozen=True, slots=True)
+class SuggestedPrompt:
+    """A starter Slack offers in a new agent thread: `title` is the chip, `message` what it sends."""
+
+    title: str
+    message: str
+
+
+MAX_SUGGESTED_PROMPTS = 4
+"""Slack shows at most four (`assistant.threads.setSuggestedPrompts`)."""
+DEFAULT_SUGGESTED_PROMPTS = (
+    SuggestedPrompt("Run a long task", "Sleep for 90 seconds, showing me the progress, then tell me it is done."),
+    SuggestedPrompt("Remind me", "Remind me in 10 minutes to stretch."),
+    SuggestedPrompt("Wait, then come back", "Wait 5 minutes, then tell me the time and how long you waited."),
+)
+
+
+def _suggested_prompts(value: Any) -> Any:
+    """`BOT_SUGGESTED_PROMPTS`: a JSON list of at most four `{"title", "message"}` objects, both non-empty."""
+    if not isinstance(value, str):
+        return value
+    try:
+        items = json.loads(value) if value.strip() else []
+    except json.JSONDecodeError as exc:
+        raise ValueError(f'not JSON ({exc.msg}); expected [{{"title": "…", "message": "…"}}, …]') from None
+    if not isinstance(items, list):
+        raise ValueError('expected a JSON list of {"title", "message"} objects')
+    if len(items) > MAX_SUGGESTED_PROMPTS:
+        raise ValueError(f"{len(items)} prompts; Slack shows at most {MAX_SUGGESTED_PROMPTS}")
+    prompts = []
+    for n, item in enumerate(items, 1):
+        if not isinstance(item, dict) or set(item) != {"title", "message"}:
+            raise ValueError(f'prompt {n}: expected exactly the keys "title" and "message"')
+        if not all(isinstance(item[k], str) and item[k].strip() for k in ("title", "message")):
+            raise ValueError(f"prompt {n}: title and message must be non-empty strings")
+        prompts.append(SuggestedPrompt(item["title"].strip(), item["message"].strip()))
+    return tuple(prompts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +165,7 @@ class Settings(BaseSettings):
     bot_allowed_teams: CommaList = ()  # Slack team ids besides the bot's own whose people it answers
     bot_cancel_reactions: CommaList = ("x", "octagonal_sign")
     bot_mention_only_channels: CommaList = ()  # channel ids, or `*`: replies there must mention the bot
+    bot_suggested_prompts: Annotated[tuple[SuggestedPrompt, ...], NoDecode] = DEFAULT_SUGGESTED_PROMPTS
     bot_yield_strategy: Annotated[YieldStrategy, NoDecode] = YieldStrategy(YieldMode.WHEN_ALL_DONE)
     bot_yield_on_injection: bool = True
     bot_max_concurrent_tools: int = Field(16, gt=0)
@@ -203,6 +244,11 @@ class Settings(BaseSettings):
     @classmethod
     def _yield_strategy(cls, value: Any) -> Any:
         return YieldStrategy.parse(value) if isinstance(value, str) else value
+
+    @field_validator("bot_suggested_prompts", mode="before")
+    @classmethod
+    def _prompts(cls, value: Any) -> Any:
+        return _suggested_prompts(value)
 
     @field_validator("bot_heartbeat_active_hours", mode="before")
     @classmethod

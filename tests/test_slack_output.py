@@ -415,12 +415,13 @@ async def test_thinking_is_shown_again_for_every_model_call_of_a_turn(rig: Rig) 
     assert [status for _, _, status in rig.slack.assistant_statuses] == ["is thinking…", "is thinking…"]
 
 
-def test_the_manifest_needs_no_assistant_scope_or_view() -> None:
-    """Since Slack's 2026-03-05 change `chat:write` covers setStatus; the assistant pane is not used."""
+def test_the_manifest_declares_an_agent_not_an_assistant() -> None:
+    """`chat:write` covers setStatus; `assistant:write` is an agent's (prompts, titles); the assistant pane is not
+    used (tests/test_slack_agent_surface.py checks the rest of the agent's declaration)."""
     manifest = (Path(__file__).resolve().parents[1] / "deploy" / "slack-manifest.yml").read_text()
     scopes = re.findall(r"^\s+- ([a-z_]+:[a-z_]+)", manifest, re.MULTILINE)
-    assert "chat:write" in scopes and "assistant:write" not in scopes
-    assert "assistant_view" not in manifest
+    assert "chat:write" in scopes and "assistant:write" in scopes
+    assert "assistant_view" not in manifest and "agent_view" in manifest
 
 
 async def test_every_update_of_a_status_message_has_new_block_ids(rig: Rig) -> None:

@@ -35,6 +35,9 @@ from bot.slack.cancel import Canceller
 from bot.slack.client import SlackClient
 from bot.slack.events import MessageRouter
 from bot.slack.forget import FORGET_ACTION
+from bot.slack.home import HomeTab
+from bot.slack.home_view import CANCEL_REMINDER_ACTION
+from bot.slack.prompts import AgentThreads
 from bot.slack.render import ANSWER_ACTIONS, APPROVE_ACTION, CANCEL_ACTION, DENY_ACTION
 from bot.telemetry.metrics import Metrics
 from bot.telemetry.tracing import Tracing
@@ -94,6 +97,8 @@ class Identity:
     bot_id: str | None
     user_name: str = ""
     team_name: str = ""
+    url: str = ""
+    """The workspace's address (`https://team.slack.com/`): thread links are made from it."""
 
     def describe(self) -> str:
         """`@threadbot (U123) in team "Acme" (T456)`."""
@@ -133,6 +138,7 @@ async def _identify(client: AsyncWebClient) -> Identity:
         bot_id=response.get("bot_id"),
         user_name=str(response.get("user") or ""),
         team_name=str(response.get("team") or ""),
+        url=str(response.get("url") or ""),
     )
 
 
@@ -190,9 +196,14 @@ class Ingress:
         metrics: Metrics,
         ack_after: bool = False,
         tracing: Tracing | None = None,
+        home: HomeTab | None = None,
+        threads: AgentThreads | None = None,
     ) -> None:
+        """`home` and `threads` are the agent surface (App Home; suggested prompts and titles), when wired."""
         self._tracing = tracing or Tracing()
         self.router = router
+        self.home = home
+        self._threads = threads
         self._canceller = canceller
         self._approvals = approvals
         self._metrics = metrics
@@ -210,6 +221,8 @@ class Ingress:
         self._metrics.inc("events_received_total")
         kind = str((body.get("event") or {}).get("type"))
         await self._handle(self.router.handle(body), f"slack-event:{body.get('event_id')}", {"slack.event.type": kind})
+        if self._threads is not None:
+            self.tasks.spawn(self._threads.message(body), "slack-title")
 
     async def reaction(self, body: dict[str, Any]) -> None:
         self._metrics.inc("events_received_total")
@@ -220,7 +233,30 @@ class Ingress:
 
     async def button(self, body: dict[str, Any]) -> None:
         self._metrics.inc("events_received_total")
-        await self._handle(self._canceller.on_button(body), "slack-cancel-button")
+        await self._handle(self._then_repaint_home(self._canceller.on_button(body), body), "slack-cancel-button")
+
+    async def home_opened(self, body: dict[str, Any]) -> None:
+        """`app_home_opened`: the home tab is published, the messages tab (a DM) offered its prompts."""
+        self._metrics.inc("events_received_total")
+        if self.home is not None:
+            await self.home.opened(body)
+        if self._threads is not None:
+            self.tasks.spawn(self._threads.dm_opened(body), "slack-prompts")
+
+    async def thread_started(self, body: dict[str, Any]) -> None:
+        self._metrics.inc("events_received_total")
+        if self._threads is not None:
+            self.tasks.spawn(self._threads.thread_started(body), "slack-prompts")
+
+    async def reminder_button(self, body: dict[str, Any]) -> None:
+        self._metrics.inc("events_received_total")
+        if self.home is not None:
+            await self._handle(self.home.on_cancel_reminder(body), "slack-reminder-button")
+
+    async def _then_repaint_home(self, work: Coroutine[Any, Any, None], body: dict[str, Any]) -> None:
+        await work
+        if self.home is not None:
+            self.home.poke(str((body.get("user") or {}).get("id") or ""))
 
     async def approval_button(self, body: dict[str, Any]) -> None:
         self._metrics.inc("events_received_total")
@@ -266,6 +302,8 @@ class Ingress:
         still read (a handler that claims a message meanwhile may still start reading its files)."""
         await self.tasks.close(timeout_s)
         await self.router.close(timeout_s)
+        if self.home is not None:
+            await self.home.close(timeout_s)
 
 
 def build_app(settings: Settings, client: AsyncWebClient, ingress: Ingress, me: Identity) -> AsyncApp:
@@ -335,4 +373,26 @@ def build_app(settings: Settings, client: AsyncWebClient, ingress: Ingress, me: 
     app.action(APPROVE_ACTION)(on_approval_button)
     app.action(DENY_ACTION)(on_approval_button)
     app.action(ANSWER_ACTIONS)(on_approval_button)
+    _listen_as_agent(app, ingress)
     return app
+
+
+def _listen_as_agent(app: AsyncApp, ingress: Ingress) -> None:
+    """The agent surface's listeners: App Home and DM openings, new assistant threads, a reminder's Cancel."""
+
+    async def on_home_opened(body: dict[str, Any]) -> None:
+        await ingress.home_opened(body)
+
+    async def on_thread_started(body: dict[str, Any]) -> None:
+        await ingress.thread_started(body)
+
+    async def on_reminder_button(ack: AsyncAck, body: dict[str, Any]) -> None:
+        if not ingress.ack_after:
+            await ack()
+        await ingress.reminder_button(body)
+        if ingress.ack_after:
+            await ack()
+
+    app.event("app_home_opened")(on_home_opened)
+    app.event("assistant_thread_started")(on_thread_started)
+    app.action(CANCEL_REMINDER_ACTION)(on_reminder_button)

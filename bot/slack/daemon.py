@@ -47,6 +47,7 @@ from bot.slack.health import SocketHealth, daemon_health
 from bot.slack.journal import FinalJournal
 from bot.slack.output import SlackEdge
 from bot.slack.posts import PostQueue
+from bot.slack.surface import agent_surface
 from bot.slack.tokens import token_problem
 from bot.telemetry.agent import AgentTelemetry
 from bot.telemetry.metrics import Metrics
@@ -277,6 +278,7 @@ def _ingress(
         node.on("reaction", lambda ring: canceller.on_reaction(ring.extra["body"], forwarded=True))
         node.on("button", lambda ring: canceller.on_button(ring.extra["body"], forwarded=True))
         node.on("cancel", lambda ring: canceller.on_forwarded_cancel(ring.extra["body"]))
+    home, threads = agent_surface(settings, client, core, edge, me, metrics, admission)
     return Ingress(
         router=router,
         canceller=canceller,
@@ -284,6 +286,8 @@ def _ingress(
         metrics=metrics,
         ack_after=node is not None,
         tracing=telemetry.tracing,
+        home=home,
+        threads=threads,
     )
 
 
@@ -308,7 +312,12 @@ async def _join_cluster(
         if channel and ts:
             await ingress.router.react(str(channel), str(ts), INJECTION_REACTION)
 
-    node.attach_edge(paint_orphans=edge.repaint, live=edits.share_budget, injected=injected, take_over=edge.take_over)
+    def live(replicas: int) -> None:
+        edits.share_budget(replicas)
+        if ingress.home is not None:
+            ingress.home.share_budget(replicas)
+
+    node.attach_edge(paint_orphans=edge.repaint, live=live, injected=injected, take_over=edge.take_over)
     await node.start()
     return ingress
 

@@ -26,6 +26,7 @@ from bot.store.calls import CallQueries
 from bot.store.db import Db, Row
 from bot.store.forgetting import ForgetQueries
 from bot.store.inbox import InboxQueries, mark_answered, mark_stored
+from bot.store.open_work import OpenWorkQueries
 from bot.store.outbox import OutboxQueries, owe_posts
 from bot.store.processes import ProcessQueries
 from bot.store.reminder_posts import ReminderPostQueries
@@ -69,6 +70,7 @@ class Store(
     OutboxQueries,
     UsageQueries,
     ForgetQueries,
+    OpenWorkQueries,
     ABC,
 ):
     """Sessions, their messages and seen events; tool calls and their processes, reminders and their posts,

@@ -50,6 +50,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from slack_sdk.errors import SlackObjectFormationError
 from slack_sdk.models.blocks import Block
 
+from fakes.slack_agent import FakeAgentSurface
 from fakes.slack_files import FakeFiles
 
 JsonDict = dict[str, Any]
@@ -549,11 +550,11 @@ class FakeSlack:
             "conversations.info": self._conversations_info,
             "users.info": self._users_info,
             "assistant.threads.setStatus": self._assistant_set_status,
-            "assistant.threads.setTitle": self._assistant_ok,
-            "assistant.threads.setSuggestedPrompts": self._assistant_ok,
         }
         self.files = FakeFiles(self)  # files.*, file downloads and uploads: see fakes/slack_files.py
         self._handlers |= self.files.handlers()
+        self.agent = FakeAgentSurface(self)  # views.publish, suggested prompts, titles: see fakes/slack_agent.py
+        self._handlers |= self.agent.handlers()
 
     # ---- lifecycle ----------------------------------------------------------------------------------------
 
@@ -1129,11 +1130,6 @@ class FakeSlack:
         self.assistant_statuses.append((channel, thread_ts, str(params["status"])))
         return {}
 
-    def _assistant_ok(self, params: JsonDict, token: str | None) -> JsonDict:
-        _require(params, "channel_id", "channel_not_found")
-        _require(params, "thread_ts")
-        return {}
-
     # ---- response_url ---------------------------------------------------------------------------------------
 
     async def _handle_response_url(self, request: web.Request) -> web.Response:
@@ -1253,6 +1249,18 @@ class FakeSlack:
         if value is not None:
             action |= {"value": value, "text": {"type": "plain_text", "text": value}}
         return {
+            **self.block_action_base(user),
+            "container": container,
+            "channel": {"id": channel, "name": channel.lower()},
+            "message": message.to_api(),
+            "state": {"values": {}},
+            "response_url": f"{self.base_url}/response_url/{url_id}",
+            "actions": [action],
+        }
+
+    def block_action_base(self, user: str) -> JsonDict:
+        """What every ``block_actions`` payload carries, wherever the button was: who clicked, the app, the team."""
+        return {
             "type": "block_actions",
             "user": {
                 "id": user,
@@ -1262,16 +1270,10 @@ class FakeSlack:
             },
             "api_app_id": APP_ID,
             "token": VERIFICATION_TOKEN,
-            "container": container,
             "trigger_id": f"{secrets.randbelow(10**10)}.{secrets.token_hex(8)}",
             "team": {"id": TEAM_ID, "domain": TEAM_DOMAIN},
             "enterprise": None,
             "is_enterprise_install": False,
-            "channel": {"id": channel, "name": channel.lower()},
-            "message": message.to_api(),
-            "state": {"values": {}},
-            "response_url": f"{self.base_url}/response_url/{url_id}",
-            "actions": [action],
         }
 
     def _store_user_message(
