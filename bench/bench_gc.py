@@ -9,6 +9,7 @@ same collection timed again.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import statistics
 import sys
@@ -40,7 +41,7 @@ def main() -> None:
 
     print(f"start-up imports: {time.perf_counter() - started:.2f}s, {len(gc.get_objects()):,} objects tracked")
     baseline = full_collections_ms()
-    daemon._freeze_start_up()
+    asyncio.run(daemon._freeze_start_up())
     frozen = full_collections_ms()
     print(
         f"full collection, start-up heap as it is (baseline): median {statistics.median(baseline):.1f} ms, "

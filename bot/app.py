@@ -14,8 +14,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import anthropic
-
 from bot.agent.budget import TokenBudget
 from bot.agent.compaction import Compactor
 from bot.agent.context import ContextSettings
@@ -26,9 +24,8 @@ from bot.agent.turn import AskerLookup, TurnRunner, TurnSettings
 from bot.calls.registry import CallRegistry
 from bot.calls.system_tools import system_tools
 from bot.config import Settings
-from bot.errors import ConfigError
 from bot.mcp.config import load_mcp_config
-from bot.model.anthropic import AnthropicProvider
+from bot.model.client import deferred_anthropic_provider
 from bot.model.metering import MeteredProvider, UsageMeter
 from bot.operator_tools import SourcedTool, load_entry_point_tools, load_module_tools, unique_tools
 from bot.policy import Policy
@@ -50,9 +47,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE_S = 5.0
-MODEL_CONNECT_TIMEOUT_S = 10.0
-MODEL_READ_TIMEOUT_S = 180.0
-"""No read, write or wait for a pooled connection may take longer; the streamed API pings well within it."""
 
 
 @dataclass(slots=True)
@@ -69,37 +63,6 @@ class Core:
     """Calls a previous process left unfinished, marked orphaned at this start (edges may repaint them)."""
     mcp: McpTools | None = None
     """The MCP servers of BOT_MCP_CONFIG, when set."""
-
-
-def anthropic_provider(
-    settings: Settings, *, max_retries: int = 2, timeout: anthropic.Timeout | None = None
-) -> AnthropicProvider:
-    """The model client, handed `ANTHROPIC_API_KEY` and `ANTHROPIC_BASE_URL` from the settings.
-
-    The SDK would read only `os.environ`, which a `.env` file never reaches. Without a key in the
-    settings the SDK still looks for its other credentials (`ANTHROPIC_AUTH_TOKEN`, profiles).
-    `timeout` replaces the daemon's bounds (connect fast, no stalled read beyond a few minutes).
-    """
-    key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None
-    client = anthropic.AsyncAnthropic(
-        api_key=key,
-        base_url=settings.anthropic_base_url,
-        max_retries=max_retries,
-        timeout=timeout or anthropic.Timeout(MODEL_READ_TIMEOUT_S, connect=MODEL_CONNECT_TIMEOUT_S),
-        # Each request's span is the daemon's own `chat` span (bot/telemetry/agent.py); the SDK's would be a
-        # second one, and even unrecorded it costs every request its attributes and trace headers.
-        open_telemetry=False,
-    )
-    if client.api_key is None and client.auth_token is None and client.credentials is None:
-        raise ConfigError("ANTHROPIC_API_KEY: not set (the Anthropic API key the model is called with)")
-    return AnthropicProvider(
-        model=settings.bot_model,
-        max_tokens=settings.bot_max_tokens,
-        client=client,
-        idle_timeout_s=settings.bot_model_idle_timeout_s,
-        request_timeout_s=settings.bot_model_timeout_s,
-        cache_ttl=settings.cache_ttl,
-    )
 
 
 def fixed_tools(settings: Settings, registry: CallRegistry, operator: list[SourcedTool]) -> list[Tool]:
@@ -162,7 +125,7 @@ async def open_core(
             await cluster.open()  # the lease first: the store's fence refuses writes without one
             stack.push_async_callback(cluster.close)
         if provider is None:
-            model = anthropic_provider(settings)
+            model = deferred_anthropic_provider(settings)
             stack.push_async_callback(model.close)
             provider = model
         usage = UsageMeter()

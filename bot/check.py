@@ -20,10 +20,10 @@ from pathlib import Path
 
 import anthropic
 
-from bot.app import anthropic_provider
 from bot.config import Settings
 from bot.errors import ConfigError, ModelError, StoreError, ThreadbotError
 from bot.mcp.check import check_mcp
+from bot.model.client import anthropic_provider
 from bot.operator_tools import SourcedTool, load_entry_point_tools, load_module_tools, unique_tools
 from bot.policy import SHELL_TOOL, Asker, Policy, Verdict
 from bot.slack import tokens

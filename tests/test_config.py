@@ -8,9 +8,9 @@ from pathlib import Path
 import anthropic
 import pytest
 
-from bot.app import MODEL_CONNECT_TIMEOUT_S, MODEL_READ_TIMEOUT_S, anthropic_provider
 from bot.config import ActiveHours, Settings, YieldMode, YieldStrategy, load_settings
 from bot.errors import ConfigError
+from bot.model.client import MODEL_CONNECT_TIMEOUT_S, MODEL_READ_TIMEOUT_S, anthropic_provider
 from bot.variables import misspelt, source_of
 
 CONTRACT_ENV = {

@@ -27,12 +27,13 @@ from prompt_toolkit.output import Output
 from prompt_toolkit.patch_stdout import patch_stdout
 
 from bot.agent.engine import Engine
-from bot.app import Core, anthropic_provider, open_core
+from bot.app import Core, open_core
 from bot.config import Settings
 from bot.console import console_key, owns_console_session, typed
 from bot.console.interrupts import Interrupts
 from bot.console.screen import TerminalOutput
 from bot.console.thinking import WatchedProvider
+from bot.model.client import anthropic_provider
 from bot.text import clean_text
 from bot.toolcall import CallStatus, ToolCall
 

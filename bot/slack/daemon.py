@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import importlib
 import logging
 import signal
 from collections.abc import Callable
@@ -188,7 +189,7 @@ async def _run(
             runner = await _listen(events_app, port)
             stack.push_async_callback(runner.cleanup)
             _log_start(settings, me, f"HTTP events on port {port} at {EVENTS_PATH}")
-        _freeze_start_up()
+        await _freeze_start_up()
         await _until_set(stopping, ingress.revoked, node.lost if node is not None else None)
         if node is not None and node.lost.is_set():
             log.error("stopping at once: this replica lost its lease, and its threads are another's now")
@@ -206,10 +207,13 @@ async def _run(
         raise ThreadbotError("this replica lost its lease in the database and stopped; start it again")
 
 
-def _freeze_start_up() -> None:
+async def _freeze_start_up() -> None:
     """What start-up built (modules, clients, the app: some 200k objects) lives as long as the daemon. Left
     in the collector's generations, every full collection walks all of it on the event loop, a pause of
-    150-250 ms that lands on whatever event is being acked; frozen, collections see only what came after."""
+    150-250 ms that lands on whatever event is being acked; frozen, collections see only what came after.
+    The model SDK is part of it: it is imported in a worker thread while the daemon connects
+    (bot/model/client.py), and waited for here, off the loop, before the freeze."""
+    await asyncio.to_thread(importlib.import_module, "bot.model.anthropic")
     gc.collect()
     gc.freeze()
 
