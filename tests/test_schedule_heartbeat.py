@@ -22,7 +22,7 @@ TASKS = "# Heartbeat\n\n- Every morning: check that CI on main is green.\n"
 MORNING = datetime(2026, 5, 1, 8, 30, tzinfo=UTC)  # 10:30 in Paris
 
 
-def heartbeat_for(core: Core, clock: FakeClock, *, active_hours: str | None = None, owed: bool = False) -> Heartbeat:
+def heartbeat_for(core: Core, clock: FakeClock, *, active_hours: str | None = None) -> Heartbeat:
     return Heartbeat(
         path=core.settings.bot_data_dir / "HEARTBEAT.md",
         channel="C0HEART",
@@ -32,7 +32,6 @@ def heartbeat_for(core: Core, clock: FakeClock, *, active_hours: str | None = No
         store=core.store,
         engine=core.engine,
         clock=clock,
-        owed=owed,
     )
 
 
@@ -123,22 +122,22 @@ async def test_run_decision_starts_a_turn_in_a_heartbeat_session(
     assert "- check that CI on main is green" in prompt and f"answer exactly {HEARTBEAT_OK}" in prompt
 
 
-@pytest.mark.parametrize("owed", [False, True])
-async def test_a_clusters_heartbeat_prompt_is_owed_input_and_one_process_keeps_none(
-    fake: FakeAnthropic, settings: Settings, output: RecordingOutput, owed: bool
+async def test_a_heartbeat_prompt_is_owed_input_until_its_turn_answers_it(
+    fake: FakeAnthropic, settings: Settings, output: RecordingOutput
 ) -> None:
-    """One process never resumes a heartbeat (an old prompt, a restart notice in the channel); a cluster stores
-    the prompt as owed input, so that the job of its thread takes it up on whichever replica."""
+    """The prompt is stored as owed input before its turn starts, as a message is, in one process as in a
+    cluster (where the job of its thread takes it up on whichever replica): a process that dies during the run
+    resumes it; the turn's answer settles it."""
     (settings.bot_data_dir / "HEARTBEAT.md").write_text(TASKS)
     fake.script(decide("run", "check the queue"), Reply.text_only(HEARTBEAT_OK))
     async with schedule_core(fake, settings, output) as core:
-        result = await heartbeat_for(core, FakeClock(MORNING), owed=owed).tick()
+        result = await heartbeat_for(core, FakeClock(MORNING)).tick()
         assert result.session_key is not None
         await output.wait_turns(result.session_key, 1)
-        assert await core.store.session_inbox(result.session_key) == []  # answered, or never owed
+        assert await core.store.session_inbox(result.session_key) == []  # answered
     with sqlite3.connect(settings.db_path) as db:
         [(rows,)] = db.execute("SELECT count(*) FROM inbox WHERE session_key = ?", (result.session_key,))
-    assert rows == (1 if owed else 0)
+    assert rows == 1
 
 
 async def test_nothing_to_report_answers_heartbeat_ok(

@@ -40,8 +40,9 @@ class Rig:
         self.edits = EditScheduler(self.client, journal=FinalJournal(self.store), **options)  # type: ignore[arg-type]
         await self.edits.start()
         posts = PostQueue(self.client, per_second=100, burst=100, give_up_after_s=0.3, call_timeout_s=0.3)
-        self.edge = SlackEdge(self.client, self.edits, team_id="T1", first_post_wait_s=0.0, posts=posts)
-        self.edge.attach(self.store)
+        self.edge = SlackEdge(
+            self.client, self.edits, store=self.store, team_id="T1", first_post_wait_s=0.0, posts=posts
+        )
         await self.edge.resume()
         return self.edge
 

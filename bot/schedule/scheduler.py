@@ -84,9 +84,11 @@ class Scheduler:
         reminder_retry_s: float = REMINDER_RETRY_S,
         periodic: Periodic | None = None,
         max_self_wakes_per_day: int | None = None,
+        on_change: ChangeListener | None = None,
     ) -> None:
         """`periodic` (a cluster) runs the interval jobs instead of APScheduler, once per tick cluster-wide;
-        `max_self_wakes_per_day` bounds the waits that wake one thread per UTC day (None: no bound)."""
+        `max_self_wakes_per_day` bounds the waits that wake one thread per UTC day (None: no bound);
+        `on_change` is told of every row this process adds or cancels."""
         self._periodic = periodic
         self._store = store
         self._clock = clock
@@ -104,7 +106,7 @@ class Scheduler:
         self._aps = AsyncIOScheduler(timezone=UTC, job_defaults=JOB_DEFAULTS)
         self._aps.add_listener(self._on_skipped, EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES)
         self._listeners: list[FireListener] = []
-        self._changes: list[ChangeListener] = []
+        self._changes = [on_change] if on_change is not None else []
         self._deliveries = TaskSet()
         self._ticks = TaskSet()
         self._stopped = False
@@ -190,9 +192,6 @@ class Scheduler:
         for reminder in pending:
             self._schedule(reminder.id, reminder.due_at)
         return len(pending)
-
-    def on_change(self, listener: ChangeListener) -> None:
-        self._changes.append(listener)
 
     def _changed(self, reminder_id: int) -> None:
         for listener in self._changes:

@@ -6,7 +6,7 @@ decision reaches the registry, which runs or refuses the call and repaints its l
 with who decided, through the normal call_changed path.
 
 In a cluster the click may reach a replica that does not hold the call, so it is
-`forward`ed like a cancel: rung to every replica (this one too), and the one whose
+`relay`ed like a cancel: rung to every replica (this one too), and the one whose
 registry holds the waiting call decides and answers the person.
 """
 
@@ -18,8 +18,9 @@ from typing import Any
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.calls.registry import CallRegistry
+from bot.coordination import Coordination
 from bot.slack.admission import Admission
-from bot.slack.cancel import NOT_ADMITTED, Forward, explain
+from bot.slack.cancel import NOT_ADMITTED, explain
 from bot.slack.metrics import Metrics
 from bot.slack.render import APPROVE_ACTION
 
@@ -37,18 +38,17 @@ class ApprovalButtons:
         registry: CallRegistry,
         admission: Admission,
         metrics: Metrics,
-        forward: Forward | None = None,
+        coordination: Coordination,
     ) -> None:
         self._client = client
         self._registry = registry
         self._admission = admission
         self._metrics = metrics
-        self._forward = forward
+        self._coordination = coordination
 
     async def on_button(self, body: dict[str, Any], *, forwarded: bool = False) -> None:
-        if self._forward is not None and not forwarded:
-            await self._forward("approval", body)  # the replica holding the waiting call decides
-            return
+        if not forwarded and await self._coordination.relay("approval", body):
+            return  # the replica holding the waiting call decides
         person = body.get("user") or {}
         user = str(person.get("id") or "")
         for action in body.get("actions") or []:

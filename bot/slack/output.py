@@ -67,56 +67,57 @@ _STATUS_UNAVAILABLE = frozenset({"unknown_method", "missing_scope", "not_allowed
 
 
 class SlackEdge:
-    """Implements `EngineOutput` for Slack; `attach(store)` once the core is open."""
+    """Implements `EngineOutput` for Slack, on the store the core is opened on."""
 
     def __init__(
         self,
         client: AsyncWebClient,
         edits: EditScheduler,
         *,
+        store: Store,
+        shared: bool = False,
         team_id: str = "",
         metrics: Metrics | None = None,
         posts: PostQueue | None = None,
         first_post_wait_s: float = FIRST_POST_WAIT_S,
         upload_over_chars: int = UPLOAD_OVER_CHARS,
     ) -> None:
-        """`posts` should use a client without the SDK's 429 retries (see `build_client`); by default, `client`."""
+        """`posts` should use a client without the SDK's 429 retries (see `build_client`); by default, `client`.
+        `shared` (a cluster's replica): who may cancel is read from the store, since a turn may have started
+        on another replica."""
         self._client = client
         self._posts = posts or PostQueue(client)
-        self._outbox: Outbox | None = None
+        self._metrics = metrics or Metrics()
+        self._store = store
+        self._outbox = Outbox(store, self._posts, client, metrics=self._metrics)
         self._upload_over_chars = upload_over_chars
         self._first_post_wait_s = first_post_wait_s
         self._edits = edits
-        self._metrics = metrics or Metrics()
-        self._store: Store | None = None
         self._queues = SerialQueues()
-        self._sessions = Sessions(client, team_id=team_id)
+        self._sessions = Sessions(client, store, team_id=team_id, requesters_from_store=shared)
         self._status_available = True
         self.board = StatusBoard(self._edit, repost=self._repost_status)
         self._quiet = QuietHold(self._sessions, abandon=self.board.abandon)
 
-    def attach(self, store: Store) -> None:
-        self._store = store
-        self._sessions.attach(store)
-        self._outbox = Outbox(store, self._posts, self._client, metrics=self._metrics)
-
     async def resume(self) -> None:
         """At start: deliver what a previous process owed Slack (posts through the outbox, final edits queued)."""
-        if self._outbox is not None:
-            self._edits.resume(await self._outbox.start())
+        self._edits.resume(await self._outbox.start())
 
     def take_over(self, owed: list[OwedMessage]) -> None:
         """Deliver what a gone replica owed Slack, as if this process had owed it."""
-        if self._outbox is not None:
-            self._edits.resume(self._outbox.take(owed))
+        self._edits.resume(self._outbox.take(owed))
+
+    def share_budget(self, processes: int) -> None:
+        """Slack's edit budget is the workspace's: with `processes` live each spends its share."""
+        self._edits.share_budget(processes)
 
     @property
-    def outbox(self) -> Outbox | None:
+    def outbox(self) -> Outbox:
         return self._outbox
 
     @property
     def outbox_owed(self) -> int:
-        return self._outbox.owed if self._outbox is not None else 0
+        return self._outbox.owed
 
     # -- EngineOutput -----------------------------------------------------------------------
 
@@ -216,7 +217,7 @@ class SlackEdge:
         address = state.address
         if address is not None and address.quiet_reply is not None:
             state.unsent.clear()
-        if self._outbox is None or address is None or address.thread_ts is None:
+        if address is None or address.thread_ts is None:
             return []
         posts = []
         for unsent in state.unsent:
@@ -275,7 +276,7 @@ class SlackEdge:
             log.error("not posting an empty message in %s", key)
             return None
         post_id: int | None = None
-        if owed and self._outbox is not None:
+        if owed:
             post_id = await self._outbox.owe(key, address.channel, address.thread_ts, text, blocks)
         return await self._send(key, address, text, blocks, post_id)
 
@@ -285,7 +286,7 @@ class SlackEdge:
         """Post now, unless the session's owed posts wait in the outbox; an owed one (`post_id`) that does not
         land is the outbox's to deliver."""
         outbox = self._outbox
-        if outbox is not None and outbox.backlogged(key):
+        if outbox.backlogged(key):
             if post_id is not None:
                 outbox.handed_over(key, post_id, tried=False)
             return None
@@ -300,18 +301,18 @@ class SlackEdge:
         except PostRejected as exc:
             self._metrics.inc("slack_errors_total")
             log.error("chat.postMessage in %s refused (%s); not posted", key, exc.error)
-            if post_id is not None and outbox is not None:
+            if post_id is not None:
                 await outbox.settle(post_id)
             return None
         except PostFailed as exc:
             self._metrics.inc("slack_errors_total")
-            if post_id is not None and outbox is not None:
+            if post_id is not None:
                 log.warning("chat.postMessage in %s: %s; the outbox will deliver it", key, exc)
                 outbox.handed_over(key, post_id, tried=True)
             else:
                 log.warning("chat.postMessage in %s: %s; its final state will be posted instead", key, exc)
             return None
-        if post_id is not None and outbox is not None:
+        if post_id is not None:
             await outbox.settle(post_id)
         self._metrics.inc("slack_posts_total")
         address.thinking = False  # Slack clears the status when the bot posts
@@ -321,7 +322,7 @@ class SlackEdge:
 
     async def repaint(self, orphans: list[ToolCall]) -> None:
         """At start: show calls a previous process left unfinished as 👻 on the status messages they were on."""
-        if not orphans or self._store is None:
+        if not orphans:
             return
         for place, calls in (await self._store.displays_of([call.id for call in orphans])).items():
             channel, _, ts = place.partition(":")
@@ -335,9 +336,8 @@ class SlackEdge:
             self.text_done(key)
         if not await self._queues.drain(timeout_s):
             log.warning("shut down with Slack posts still queued")
-        if self._outbox is not None:
-            await self._outbox.idle(timeout_s / 2)
-            await self._outbox.close()
+        await self._outbox.idle(timeout_s / 2)
+        await self._outbox.close()
 
     @property
     def busy_sessions(self) -> int:
@@ -366,8 +366,8 @@ class SlackEdge:
             log.warning("could not post in %s: %s", channel, exc)
             return None
 
-    async def requesters(self, key: str, *, from_store: bool = False) -> set[str]:
-        return await self._sessions.requesters(key, from_store=from_store)
+    async def requesters(self, key: str) -> set[str]:
+        return await self._sessions.requesters(key)
 
     async def speaker(self, user: str) -> Speaker:
         return await self._sessions.speaker(user)
@@ -413,7 +413,7 @@ class SlackEdge:
 
     async def _post_status(self, key: str, message: StatusMessage) -> None:
         await self.board.post(message, lambda text, blocks, owed: self.post(key, text, blocks, owed=owed))
-        if message.channel and message.ts and self._store is not None:
+        if message.channel and message.ts:
             # Remembered so that after a crash the calls it shows can be repainted as orphaned.
             place = f"{message.channel}:{message.ts}"
             await self._store.set_call_display([call.id for call in message.calls], place)
@@ -439,9 +439,8 @@ class SlackEdge:
 
     async def _hand_over(self, key: str, post_ids: list[int]) -> None:
         """Posts a turn's last save owed (`owed_posts`): the outbox delivers them, once."""
-        if self._outbox is not None:
-            for post_id in post_ids:
-                self._outbox.handed_over(key, post_id, tried=False)
+        for post_id in post_ids:
+            self._outbox.handed_over(key, post_id, tried=False)
 
     async def _upload(self, key: str, filename: str, content: bytes | str, comment: str) -> str | None:
         """Into the session's thread; None on success, else why not (a heartbeat session may have none yet)."""
