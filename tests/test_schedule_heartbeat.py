@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
-from conftest import RecordingOutput
+from conftest import CoreFactory, RecordingOutput
 from fakes.anthropic_api import Failure, FakeAnthropic, Reply, text, tool_use, user_texts
 from schedule_support import FakeClock, schedule_core
 
+from bot.agent.engine import RESTART_NOTICE
 from bot.app import Core
 from bot.config import ActiveHours, Settings
 from bot.schedule.heartbeat import HEARTBEAT_OK, Action, Heartbeat, Outcome, decision_from, tasks_in
@@ -138,6 +140,31 @@ async def test_a_heartbeat_prompt_is_owed_input_until_its_turn_answers_it(
     with sqlite3.connect(settings.db_path) as db:
         [(rows,)] = db.execute("SELECT count(*) FROM inbox WHERE session_key = ?", (result.session_key,))
     assert rows == 1
+
+
+async def test_a_heartbeat_cut_off_by_a_stop_runs_again_at_the_next_start(
+    core_factory: CoreFactory, fake: FakeAnthropic, output: RecordingOutput
+) -> None:
+    """A stop (or a kill) in the middle of a run leaves its prompt owed: the next start resumes it, as it resumes
+    a message, in one process as on a cluster's other replica."""
+    first = await core_factory()
+    settings = first.settings
+    (settings.bot_data_dir / "HEARTBEAT.md").write_text(TASKS)
+    never = asyncio.Event()
+    fake.script(decide("run", "check the queue"), Reply.text_only("halfway", hold=never))
+    result = await heartbeat_for(first, FakeClock(MORNING)).tick()
+    assert result.session_key is not None
+    await fake.wait_for_requests(2)  # the run's turn is at its model call
+    await core_factory.close(first)
+
+    second = await core_factory(settings=settings)
+    fake.script(Reply.text_only(HEARTBEAT_OK))
+    before = len(output.finished(result.session_key))  # the turn the stop cut short may have reported its end
+    assert await second.engine.resume() == [result.session_key]
+    await output.wait_turns(result.session_key, before + 1)
+    assert (result.session_key, RESTART_NOTICE) in output.notices
+    assert "check the queue" in user_texts(fake.requests[-1])[0]
+    assert await second.store.open_inbox() == {}
 
 
 async def test_nothing_to_report_answers_heartbeat_ok(
