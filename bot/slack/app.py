@@ -255,7 +255,7 @@ class Ingress:
             self.revoked.set()
 
     async def _handle(self, work: Coroutine[Any, Any, None], name: str) -> None:
-        # Mode branch 3 of 3: a replica's ack waits for the durable effect (see the class docstring).
+        # One of the four mode branches outside the seam: a replica's ack waits for the durable effect.
         if self.ack_after:
             await self.tasks.run(work, name)
         else:

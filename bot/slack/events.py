@@ -155,7 +155,8 @@ class MessageRouter:
                 await self._stop(session_key, incoming)
             return
         address = {"speaker": incoming.user} if session_key is not None else self._new_address(incoming)
-        # Mode branch 1 of 3: a replica acks only once the claim has committed, so it reads the thread before.
+        # One of the four mode branches outside the seam: a replica acks only once the claim has committed, so
+        # it reads the thread before claiming; one process claims first (it acked already) and reads after.
         if self._coordination.shared:
             await self._claim_in_cluster(incoming, keys, session_key, address)
             return
@@ -306,7 +307,8 @@ class MessageRouter:
             self._edge.notice(session_key, "Only the person who asked (or an allowed user) can stop this.")
             return
         self._metrics.inc("cancels_total")
-        # Mode branch 2 of 3: the turn and its calls may run on other replicas, so only the store can say.
+        # One of the four mode branches outside the seam: the turn and its calls may run on other replicas, so
+        # only the store can say whether anything runs; one process asks its engine, by cancelling.
         if self._coordination.shared:
             if not await self._running_anywhere(session_key):
                 self._edge.notice(session_key, "Nothing is running right now.")

@@ -167,6 +167,8 @@ class Sessions:
 
         Read from the store when the turn may have started on another replica (`requesters_from_store`): the
         session's requester, and the author of the oldest message still owed an answer."""
+        # One of the four mode branches outside the seam: what this process remembers of a turn it did not
+        # start would be stale (an injection noted here is not a turn's start), so a replica asks the store.
         if self._requesters_from_store:
             record = await self._store.get_session(key)
             started = next(iter(await self._store.session_inbox(key)), None)  # the row the running turn answers
