@@ -29,7 +29,7 @@ from bot.calls.system_tools import system_tools
 from bot.config import Settings
 from bot.coordination import Coordination, open_alone
 from bot.errors import ConfigError
-from bot.mcp.config import load_mcp_config
+from bot.mcp.config import McpServerConfig, load_mcp_config
 from bot.model.anthropic import AnthropicProvider
 from bot.model.metering import MeteredProvider, UsageMeter
 from bot.operator_tools import SourcedTool, load_entry_point_tools, load_module_tools, unique_tools
@@ -110,11 +110,31 @@ def fixed_tools(settings: Settings, registry: CallRegistry, operator: list[Sourc
 
 
 @dataclass(frozen=True, slots=True)
+class Extensions:
+    """What the operator configured beyond the variables: the tool modules, the MCP servers, the policy."""
+
+    operator: list[SourcedTool]
+    mcp_servers: list[McpServerConfig]
+    policy: Policy
+
+    @classmethod
+    def load(cls, settings: Settings) -> Extensions:
+        """Loaded before anything opens: a broken operator module, MCP file or policy stops the start there."""
+        return cls(
+            operator=[*load_module_tools(settings.bot_tool_modules), *load_entry_point_tools()],
+            mcp_servers=load_mcp_config(settings.bot_mcp_config) if settings.bot_mcp_config else [],
+            policy=Policy.load(settings.bot_policy_file),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Ground:
-    """What a process stands on before anything else is built: the store, opened with its lock or lease,
-    and the coordination seam that says how this process shares the database (bot/coordination.py)."""
+    """What a process stands on before anything else is built: the operator's extensions, the store,
+    opened with its lock or lease, and the coordination seam that says how this process shares the
+    database (bot/coordination.py)."""
 
     settings: Settings
+    extensions: Extensions
     store: Store
     coordination: Coordination
 
@@ -126,6 +146,8 @@ async def open_ground(settings: Settings, *, replica: bool = False) -> AsyncIter
     The one place the mode is chosen: with `replica` (the Slack daemon) and `BOT_DATABASE_URL` this
     process is one replica of a cluster; otherwise it is alone on its database (the console and oneshot
     only visit a cluster's)."""
+    _warn_unsandboxed(settings)
+    extensions = Extensions.load(settings)
     async with contextlib.AsyncExitStack() as stack:
         store: Store
         coordination: Coordination
@@ -135,7 +157,7 @@ async def open_ground(settings: Settings, *, replica: bool = False) -> AsyncIter
             store, coordination = await open_cluster(settings, stack)
         else:
             store, coordination = await open_alone(settings, stack)
-        yield Ground(settings, store, coordination)
+        yield Ground(settings, extensions, store, coordination)
 
 
 @contextlib.asynccontextmanager
@@ -170,11 +192,7 @@ async def run_core(
     turns and calls get to finish at exit (tests shorten it).
     """
     settings, store, coordination = ground.settings, ground.store, ground.coordination
-    _warn_unsandboxed(settings)
-    # Loaded first: a broken operator module or MCP file stops the start before anything opens.
-    operator = [*load_module_tools(settings.bot_tool_modules), *load_entry_point_tools()]
-    mcp_servers = load_mcp_config(settings.bot_mcp_config) if settings.bot_mcp_config else []
-    policy = Policy.load(settings.bot_policy_file)
+    operator, mcp_servers, policy = ground.extensions.operator, ground.extensions.mcp_servers, ground.extensions.policy
     async with contextlib.AsyncExitStack() as stack:
         if provider is None:
             model = anthropic_provider(settings)

@@ -27,7 +27,6 @@ from bot.app import Core, open_ground, run_core
 from bot.config import Settings
 from bot.coordination import Crew
 from bot.errors import ConfigError, ThreadbotError
-from bot.policy import Policy
 from bot.schedule.heartbeat import HEARTBEAT_SESSION_PREFIX
 from bot.slack.admission import Admission
 from bot.slack.app import (
@@ -141,7 +140,7 @@ async def _run(
                 ground,
                 edge,
                 user_timezone=edge.user_timezone,
-                askers=edge.askers(uses_groups=Policy.load(settings.bot_policy_file).uses_groups),
+                askers=edge.askers(uses_groups=ground.extensions.policy.uses_groups),
                 owns=owns,
             )
         )
