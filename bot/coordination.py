@@ -1,14 +1,15 @@
 """What differs between one process and several replicas on one database, behind one seam.
 
 The app picks an implementation once, where it is wired (`bot/app.py`): `Alone` for the SQLite
-file (and for a console or oneshot beside a cluster's database), `ClusterCoordination`
-(bot/cluster/coordination.py) for a replica on PostgreSQL. Everything else asks the seam, never
-the mode:
+file (and for a console or oneshot beside a cluster's database), `ClusterNode`
+(bot/cluster/node.py) for a replica on PostgreSQL. Everything else asks the seam, never the mode,
+but in four places of the Slack edge that say why (how it acks, claims, stops and checks who may
+cancel):
 
 - who runs a thread's turn: `hand_off` (alone: this process, at once);
 - how a cancel, a decision or a new reminder reaches the process that holds the work: `relay`,
   `offer_in`, `reminder_changed` (alone: it is this process already);
-- ticks that must run once: `ticks` (alone: the scheduler's own timer);
+- ticks that must run once: `ticks` (alone: None, the scheduler's own timer);
 - who owes what after a death: `recover` at start and `join` once the process is built (alone: a
   previous process's leftovers, taken up at start; a cluster: whatever a dead replica left, taken up by
   a live one as it reaps), and `wind_down` at exit (a replica hands the threads it cut short on).
