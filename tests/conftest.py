@@ -21,10 +21,11 @@ from fakes.anthropic_api import FakeAnthropic
 from fakes.slack_api import FakeSlack
 from store_backends import any_store, pg_dsn, pg_jobs_dsn, store_backend, store_opener
 
-from bot.app import Core, open_core
+from bot.app import Core, open_ground, run_core
 from bot.config import Settings, load_settings
 from bot.model.anthropic import AnthropicProvider
 from bot.slack.client import SlackClient
+from bot.store import Store
 from bot.toolcall import CallStatus, ToolCall
 from bot.types import EngineOutput, OwedPost, ReminderOutcome, ReminderPost, TurnOutcome
 from tools.base import SharedFile
@@ -285,15 +286,16 @@ class CoreFactory:
         self,
         *,
         settings: Settings | None = None,
-        output: EngineOutput | None = None,
+        output: EngineOutput | Callable[[Store], EngineOutput] | None = None,
         max_retries: int = 0,
         open_kwargs: dict[str, Any] | None = None,
         **overrides: Any,
     ) -> Core:
-        """A core on `settings` (default: `make_settings(**overrides)`), reporting to `output`.
+        """A core on `settings` (default: `make_settings(**overrides)`), reporting to `output`: an output, or
+        what builds one on the store the core opens on (an edge that needs the store, as the Slack edge does).
 
         `max_retries=0` by default so tests can count requests; pass 2 to exercise the SDK's retries.
-        `open_kwargs` go to `open_core` as they are (e.g. a scheduler `clock`).
+        `open_kwargs` go to `run_core` as they are (e.g. a scheduler `clock`).
         """
         settings = settings or self._make_settings(**overrides)
         client = anthropic.AsyncAnthropic(base_url=self._fake.url, api_key="test", max_retries=max_retries)
@@ -308,10 +310,12 @@ class CoreFactory:
         stack = contextlib.AsyncExitStack()
         stack.push_async_callback(client.close)
         try:
+            ground = await stack.enter_async_context(open_ground(settings))
+            built = output or self.output
             core = await stack.enter_async_context(
-                open_core(
-                    settings,
-                    output or self.output,
+                run_core(
+                    ground,
+                    built(ground.store) if callable(built) else built,
                     provider=provider,
                     **({"shutdown_grace_s": SHUTDOWN_GRACE_S} | (open_kwargs or {})),
                 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
 
@@ -56,9 +57,11 @@ class Screen:
         self.printed: list[str] = []
         self.live: list[list[str]] = []
         self.output = TerminalOutput(print_line=self.printed.append, refresh=self._refreshed, columns=lambda: columns)
+        self.waits: Callable[[ToolCall], bool] = lambda call: True
+        """What the terminal's prompt draws with: the core's caps, once a test opens one."""
 
     def _refreshed(self) -> None:
-        self.live.append(self.output.live_rows())
+        self.live.append(self.output.live_rows(self.waits))
 
 
 def test_a_streamed_answer_prints_whole_rows_and_keeps_the_rest_live() -> None:
@@ -99,7 +102,7 @@ async def test_pending_shows_only_for_a_call_that_waits_for_a_slot(
 ) -> None:
     screen = Screen(columns=200)
     core = await core_factory(output=screen.output, bot_max_concurrent_io_tools=1)
-    screen.output.attach(waits_for_slot=partial(waits_for_slot, core), on_turn_end=lambda: None)
+    screen.waits = partial(waits_for_slot, core)
     fake.script(
         Reply.tools(tool_use("sleep_for", {"seconds": 0.3}), tool_use("sleep_for", {"seconds": 0.2})),
         Reply.text_only("Both slept."),

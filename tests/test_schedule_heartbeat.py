@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
-from conftest import RecordingOutput
+from conftest import CoreFactory, RecordingOutput
 from fakes.anthropic_api import Failure, FakeAnthropic, Reply, text, tool_use, user_texts
 from schedule_support import FakeClock, schedule_core
 
+from bot.agent.engine import RESTART_NOTICE
 from bot.app import Core
 from bot.config import ActiveHours, Settings
 from bot.schedule.heartbeat import HEARTBEAT_OK, Action, Heartbeat, Outcome, decision_from, tasks_in
@@ -22,7 +24,7 @@ TASKS = "# Heartbeat\n\n- Every morning: check that CI on main is green.\n"
 MORNING = datetime(2026, 5, 1, 8, 30, tzinfo=UTC)  # 10:30 in Paris
 
 
-def heartbeat_for(core: Core, clock: FakeClock, *, active_hours: str | None = None, owed: bool = False) -> Heartbeat:
+def heartbeat_for(core: Core, clock: FakeClock, *, active_hours: str | None = None) -> Heartbeat:
     return Heartbeat(
         path=core.settings.bot_data_dir / "HEARTBEAT.md",
         channel="C0HEART",
@@ -32,7 +34,6 @@ def heartbeat_for(core: Core, clock: FakeClock, *, active_hours: str | None = No
         store=core.store,
         engine=core.engine,
         clock=clock,
-        owed=owed,
     )
 
 
@@ -123,22 +124,47 @@ async def test_run_decision_starts_a_turn_in_a_heartbeat_session(
     assert "- check that CI on main is green" in prompt and f"answer exactly {HEARTBEAT_OK}" in prompt
 
 
-@pytest.mark.parametrize("owed", [False, True])
-async def test_a_clusters_heartbeat_prompt_is_owed_input_and_one_process_keeps_none(
-    fake: FakeAnthropic, settings: Settings, output: RecordingOutput, owed: bool
+async def test_a_heartbeat_prompt_is_owed_input_until_its_turn_answers_it(
+    fake: FakeAnthropic, settings: Settings, output: RecordingOutput
 ) -> None:
-    """One process never resumes a heartbeat (an old prompt, a restart notice in the channel); a cluster stores
-    the prompt as owed input, so that the job of its thread takes it up on whichever replica."""
+    """The prompt is stored as owed input before its turn starts, as a message is, in one process as in a
+    cluster (where the job of its thread takes it up on whichever replica): a process that dies during the run
+    resumes it; the turn's answer settles it."""
     (settings.bot_data_dir / "HEARTBEAT.md").write_text(TASKS)
     fake.script(decide("run", "check the queue"), Reply.text_only(HEARTBEAT_OK))
     async with schedule_core(fake, settings, output) as core:
-        result = await heartbeat_for(core, FakeClock(MORNING), owed=owed).tick()
+        result = await heartbeat_for(core, FakeClock(MORNING)).tick()
         assert result.session_key is not None
         await output.wait_turns(result.session_key, 1)
-        assert await core.store.session_inbox(result.session_key) == []  # answered, or never owed
+        assert await core.store.session_inbox(result.session_key) == []  # answered
     with sqlite3.connect(settings.db_path) as db:
         [(rows,)] = db.execute("SELECT count(*) FROM inbox WHERE session_key = ?", (result.session_key,))
-    assert rows == (1 if owed else 0)
+    assert rows == 1
+
+
+async def test_a_heartbeat_cut_off_by_a_stop_runs_again_at_the_next_start(
+    core_factory: CoreFactory, fake: FakeAnthropic, output: RecordingOutput
+) -> None:
+    """A stop (or a kill) in the middle of a run leaves its prompt owed: the next start resumes it, as it resumes
+    a message, in one process as on a cluster's other replica."""
+    first = await core_factory()
+    settings = first.settings
+    (settings.bot_data_dir / "HEARTBEAT.md").write_text(TASKS)
+    never = asyncio.Event()
+    fake.script(decide("run", "check the queue"), Reply.text_only("halfway", hold=never))
+    result = await heartbeat_for(first, FakeClock(MORNING)).tick()
+    assert result.session_key is not None
+    await fake.wait_for_requests(2)  # the run's turn is at its model call
+    await core_factory.close(first)
+
+    second = await core_factory(settings=settings)
+    fake.script(Reply.text_only(HEARTBEAT_OK))
+    before = len(output.finished(result.session_key))  # the turn the stop cut short may have reported its end
+    assert await second.engine.resume() == [result.session_key]
+    await output.wait_turns(result.session_key, before + 1)
+    assert (result.session_key, RESTART_NOTICE) in output.notices
+    assert "check the queue" in user_texts(fake.requests[-1])[0]
+    assert await second.store.open_inbox() == {}
 
 
 async def test_nothing_to_report_answers_heartbeat_ok(

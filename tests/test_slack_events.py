@@ -23,6 +23,7 @@ from bot.slack.client import SlackClient
 from bot.slack.edits import EditScheduler
 from bot.slack.events import DENIAL, MessageRouter
 from bot.slack.output import SlackEdge
+from bot.store import Store
 from bot.telemetry.metrics import Metrics
 
 WAIT_S = 10.0
@@ -49,13 +50,27 @@ class Rig:
         await self.slack.wait_for(found, WAIT_S, f"a post containing {needle!r}")
 
 
+def _asker_zone(edges: list[SlackEdge]) -> Callable[[str], Awaitable[str | None]]:
+    """The users.info zone lookup of the edge the factory builds on the core's store (as the daemon passes it)."""
+
+    async def lookup(key: str) -> str | None:
+        return await edges[0].user_timezone(key)
+
+    return lookup
+
+
 async def make_rig(slack: FakeSlack, fake: FakeAnthropic, core_factory: CoreFactory, **settings: Any) -> Rig:
     client = SlackClient(token="xoxb-test", base_url=slack.api_url)
     edits = EditScheduler(client, min_interval_s=0.01)
     await edits.start()
-    edge = SlackEdge(client, edits, team_id="T1")
-    core = await core_factory(output=edge, open_kwargs={"user_timezone": edge.user_timezone}, **settings)
-    edge.attach(core.store)
+    edges: list[SlackEdge] = []
+
+    def edge_on(store: Store) -> SlackEdge:
+        edges.append(SlackEdge(client, edits, store=store, team_id="T1"))
+        return edges[0]
+
+    core = await core_factory(output=edge_on, open_kwargs={"user_timezone": _asker_zone(edges)}, **settings)
+    [edge] = edges
     metrics = Metrics()
     router = MessageRouter(
         client=client,
@@ -65,6 +80,7 @@ async def make_rig(slack: FakeSlack, fake: FakeAnthropic, core_factory: CoreFact
         settings=core.settings,
         bot_user_id="UBOT",
         metrics=metrics,
+        coordination=core.coordination,
     )
     return Rig(slack, fake, router, metrics, edits, core, client, edge)
 

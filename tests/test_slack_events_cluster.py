@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -17,8 +17,9 @@ from fakes.slack_api import FakeSlack, event_callback_body
 from test_slack_events import WAIT_S, Rig, rig, rigs
 
 from bot.agent.fence import said, untrusted
+from bot.coordination import Alone
 from bot.slack import events
-from bot.slack.events import ClusterHooks, MessageRouter
+from bot.slack.events import MessageRouter
 from bot.slack.files import RESTARTED_WHILE_READING, TOO_SLOW
 from bot.store import InboxItem
 from bot.store.postgres import PostgresStore
@@ -29,17 +30,22 @@ __all__ = ["rig", "rigs"]  # the fixtures, shared with test_slack_events
 U1 = Speaker("U1", "user_u1")  # the fake's users.info name for U1
 
 
-@dataclass
-class Offers:
-    """What the router queued, with the message as the transaction that queues it sees it."""
+class Offers(Alone):
+    """A replica's side of the seam as the router sees it: what the router queued, with the message as the
+    transaction that queues it sees it."""
 
-    seen: list[list[Any]] = field(default_factory=list)
+    def __init__(self, store: PostgresStore) -> None:
+        super().__init__(store, exclusive=False)
+        self.shared = True
+        self.seen: list[list[Any]] = []
 
-    async def offer_in(self, conn: psycopg.AsyncConnection[Any], key: str, ref: dict[str, str]) -> None:
-        cursor = await conn.execute("SELECT blocks FROM inbox WHERE session_key = %s AND reading_until IS NULL", (key,))
+    async def offer_in(self, conn: psycopg.AsyncConnection[Any], session_key: str, ref: dict[str, str]) -> None:
+        cursor = await conn.execute(
+            "SELECT blocks FROM inbox WHERE session_key = %s AND reading_until IS NULL", (session_key,)
+        )
         self.seen.append([row[0] for row in await cursor.fetchall()])
 
-    async def cancel_everywhere(self, session_key: str, by: str) -> None:
+    async def relay(self, kind: str, body: dict[str, Any]) -> bool:
         raise AssertionError("not asked here")
 
 
@@ -54,7 +60,7 @@ class ClusterRig:
 @pytest.fixture
 async def cluster_rig(rig: Rig, pg_jobs_dsn: str) -> AsyncIterator[ClusterRig]:
     store = await PostgresStore.open(pg_jobs_dsn)
-    offers = Offers()
+    offers = Offers(store)
     router = MessageRouter(
         client=rig.client,
         store=store,
@@ -63,7 +69,7 @@ async def cluster_rig(rig: Rig, pg_jobs_dsn: str) -> AsyncIterator[ClusterRig]:
         settings=rig.core.settings,
         bot_user_id="UBOT",
         metrics=rig.metrics,
-        cluster=ClusterHooks(offer_in=offers.offer_in, cancel_everywhere=offers.cancel_everywhere),
+        coordination=offers,
     )
     try:
         yield ClusterRig(rig.slack, router, store, offers)

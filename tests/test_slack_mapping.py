@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from bot.agent.engine import Delivery
 from bot.agent.fence import said
 from bot.config import load_settings
+from bot.coordination import Alone
 from bot.errors import SlackRefused
 from bot.slack.events import MessageRouter
 from bot.slack.filters import classify, session_key
@@ -161,6 +162,7 @@ async def test_each_message_is_claimed_once_by_the_right_session(order: list[tup
                 ),
                 bot_user_id=BOT,
                 metrics=Metrics(),
+                coordination=Alone(store),
             )
             for _, body in order:
                 await router.handle(body)

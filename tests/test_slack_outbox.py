@@ -43,9 +43,14 @@ class Rig:
         await self.edits.start()
         posts = PostQueue(self.client, per_second=100, burst=100, give_up_after_s=0.3, call_timeout_s=0.3)
         self.edge = SlackEdge(
-            self.client, self.edits, team_id="T1", first_post_wait_s=0.0, posts=posts, metrics=self.metrics
+            self.client,
+            self.edits,
+            store=self.store,
+            team_id="T1",
+            first_post_wait_s=0.0,
+            posts=posts,
+            metrics=self.metrics,
         )
-        self.edge.attach(self.store)
         await self.edge.resume()
         return self.edge
 

@@ -48,8 +48,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
         edits = EditScheduler(client, per_minute=6000, burst=100, min_interval_s=0.01)
         await edits.start()
         store = await SqliteStore.open(tmp_path / "bot.db")
-        edge = SlackEdge(client, edits, team_id="T1", first_post_wait_s=0.0)
-        edge.attach(store)
+        edge = SlackEdge(client, edits, store=store, team_id="T1", first_post_wait_s=0.0)
         root = slack.user_message("C1", "<@UBOT> hi", user="U1")["ts"]
         address = {"edge": "slack", "team": "T1", "channel": "C1", "thread_ts": root, "requester": "U1"}
         await store.ensure_session(KEY, address)
@@ -84,8 +83,7 @@ async def test_a_quick_answer_is_posted_whole_without_edits(tmp_path: Path) -> N
         await edits.start()
         store = await SqliteStore.open(tmp_path / "bot.db")
         try:
-            edge = SlackEdge(client, edits, first_post_wait_s=30.0)
-            edge.attach(store)
+            edge = SlackEdge(client, edits, store=store, first_post_wait_s=30.0)
             await store.ensure_session(KEY, {"edge": "slack", "channel": "C1", "thread_ts": "1.0"})
             edge.turn_started(KEY)
             edge.model_call_started(KEY)
@@ -301,8 +299,8 @@ async def test_after_a_crash_the_status_message_shows_its_calls_orphaned(rig: Ri
     assert (await rig.store.displays_of(["toolu_run"]))[f"C1:{status.ts}"]
 
     orphans = await rig.store.orphan_open_calls()
-    restarted = SlackEdge(SlackClient(token="xoxb-test", base_url=rig.slack.api_url), rig.edits, team_id="T1")
-    restarted.attach(rig.store)
+    client = SlackClient(token="xoxb-test", base_url=rig.slack.api_url)
+    restarted = SlackEdge(client, rig.edits, store=rig.store, team_id="T1")
     await restarted.repaint(orphans)
     await rig.slack.wait_for(lambda: "👻" in status.text and "✅" in status.text, WAIT_S)
     assert not any("accessory" in block for block in status.blocks or []), "no Cancel button on a dead call"

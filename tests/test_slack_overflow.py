@@ -45,8 +45,9 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
         edges: list[SlackEdge] = []
 
         def make_edge(first_post_wait_s: float) -> SlackEdge:
-            edge = SlackEdge(client, edits, team_id="T1", first_post_wait_s=first_post_wait_s, upload_over_chars=LIMIT)
-            edge.attach(store)
+            edge = SlackEdge(
+                client, edits, store=store, team_id="T1", first_post_wait_s=first_post_wait_s, upload_over_chars=LIMIT
+            )
             edges.append(edge)
             return edge
 

@@ -16,7 +16,6 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
 
 from bot.agent import protocol
 from bot.agent.injections import Injections
@@ -24,6 +23,7 @@ from bot.agent.toolbox import Toolbox
 from bot.agent.turn import SHUTDOWN, TurnRequest, TurnRunner
 from bot.calls.registry import CallRegistry, CancelResult
 from bot.concurrency import TaskSet
+from bot.coordination import Coordination
 from bot.store import InboxItem, Store
 from bot.toolcall import JSON, ToolCall
 from bot.types import EngineOutput, SessionFilter, TurnOutcome
@@ -44,14 +44,6 @@ class Delivery(StrEnum):
     QUEUED = "queued"
     """Offered to the cluster: the session's job starts the turn, here or on another replica."""
     REFUSED = "refused"
-
-
-class TurnHost(Protocol):
-    """Where a session's next turn runs when none runs here: in a cluster, wherever its job lands."""
-
-    def offer_soon(self, session_key: str) -> None:
-        """Have the session's job run, here or on another replica. Its input is in the store already,
-        so an offer that fails only waits for the cluster's backstop."""
 
 
 MAX_TURNS_PER_JOB = 20
@@ -82,10 +74,11 @@ class Engine:
         store: Store,
         output: EngineOutput,
         max_injections_per_turn: int,
-        host: TurnHost | None = None,
+        coordination: Coordination,
     ) -> None:
+        """`coordination` decides where a session's next turn runs when none runs here (see `hand_off`)."""
         self._runner = runner
-        self._host = host
+        self._coordination = coordination
         self._output = output
         self._registry = registry
         self._store = store
@@ -122,8 +115,7 @@ class Engine:
         if self.is_busy(session_key):
             self._inject(session_key, content, inbox_id)
             return Delivery.INJECTED
-        if self._host is not None and inbox_id is not None:
-            self._host.offer_soon(session_key)
+        if inbox_id is not None and self._coordination.hand_off(session_key):
             return Delivery.QUEUED
         blocks = [protocol.text_block(content)] if isinstance(content, str) else content
         inbox_ids = [inbox_id] if inbox_id is not None else []
@@ -147,7 +139,7 @@ class Engine:
             # Notes a turn left in memory (after its last drain, or held back by its fuse) are rows still
             # owed in the store: the next turn reads them from there, so they must not linger here too.
             self._sessions.pop(session_key, None)
-            if not await self._start_owed(session_key):
+            if not await self._start_owed(session_key, results_too=True):
                 break
             await self.wait_turn(session_key)
         if not self.is_busy(session_key):
@@ -246,9 +238,12 @@ class Engine:
 
     # -- internals ------------------------------------------------------------------------
 
-    async def _start_owed(self, key: str, items: list[InboxItem] | None = None, *, restarted: bool = False) -> bool:
+    async def _start_owed(
+        self, key: str, items: list[InboxItem] | None = None, *, restarted: bool = False, results_too: bool = False
+    ) -> bool:
         """Start a turn from what the store owes the session (`items`: its open inbox rows, when the caller
-        read them already); False when it owes nothing.
+        read them already); False when it owes nothing. With `results_too` (a thread's job) a result that
+        outlived its turn is owed too: no turn of this process saw it finish.
 
         Rows an earlier turn stored but never answered mean that turn died (`restarted`, or in a
         cluster: its replica did, since no other job of the session can be running now). The turn
@@ -267,9 +262,9 @@ class Engine:
             await self._store.answer_inbox(key)
             items = []
         if not items:
-            if self._host is None or not await self._store.undelivered_calls(key):
+            if not results_too or not await self._store.undelivered_calls(key):
                 return False
-            self._start(key, [])  # a result that outlived its turn, in a cluster: its own turn
+            self._start(key, [])  # a result that outlived its turn: its own turn
             return True
         if restarted or interrupted:
             if max(item.resumes for item in items) >= MAX_RESUMES:
@@ -355,11 +350,11 @@ class Engine:
         # `waiting`, not `ready`: notes held back by the last turn's fuse are news for a new turn.
         has_news = session.injections.waiting or bool(await self._store.undelivered_calls(session_key))
         # Checked again after the await: a shutdown may have begun, and its list of turns is already taken.
-        if has_news and self._accepting and not self.is_busy(session_key) and self._host is not None:
-            self._sessions.pop(session_key, None)  # what it held is owed in the store; the job reads it there
-            self._host.offer_soon(session_key)
-        elif has_news and self._accepting and not self.is_busy(session_key):
-            self._start(session_key, [])
+        if has_news and self._accepting and not self.is_busy(session_key):
+            if self._coordination.hand_off(session_key):
+                self._sessions.pop(session_key, None)  # what it held is owed in the store; the job reads it there
+            else:
+                self._start(session_key, [])
         elif not has_news and not self.is_busy(session_key):
             # Idle with nothing pending: forget it, so a long-running daemon keeps no per-thread state.
             self._sessions.pop(session_key, None)

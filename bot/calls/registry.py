@@ -111,18 +111,14 @@ class CallRegistry:
     def subscribe(self, listener: CallListener) -> None:
         self._listeners.append(listener)
 
-    async def recover(self, replicas: Sequence[str] | None = None) -> list[ToolCall]:
-        """Mark calls a previous process left unfinished as `orphaned`; call once at start.
+    async def recover(self) -> list[ToolCall]:
+        """Mark every call a previous process left unfinished as `orphaned`; call once at start, in the only
+        process on the database (bot/coordination.py: in a cluster the reaper orphans a dead replica's).
 
-        `replicas` limits it to the calls of those replicas (a cluster: none at start, its reaper
-        orphans the dead ones'); None means every open call (one process: all are a previous run's).
-        Left-over process groups are ended only then: in a cluster the recorded pids are other hosts'
-        (or other containers'), and a replica's own are ended with its container or cgroup."""
-        orphans = await self._store.orphan_open_calls(replicas)
+        Left-over process groups are ended too: the recorded pids are this host's."""
+        orphans = await self._store.orphan_open_calls()
         if orphans:
             log.info("marked %d unfinished tool calls from a previous run as orphaned", len(orphans))
-        if replicas is not None:
-            return orphans
         # What their commands started may still run (a SIGKILL leaves no time to clean up): end it now.
         left = [record for record in await self._store.process_groups() if not process_groups.owner_alive(record)]
         await process_groups.kill_left_over(left)

@@ -46,13 +46,15 @@ class Replicas:
         lost: Callable[[], Awaitable[None]],
         interval_s: float = 2.0,
         lease_s: float = 10.0,
+        replica_id: str | None = None,
     ) -> None:
+        """`replica_id` when the id was needed before the lease (the store fences by it); else a new one."""
         self._lost = lost
         self._interval_s = interval_s
         self._lease_s = lease_s
         host, pid = socket.gethostname(), os.getpid()
         self._host, self._pid = host, pid
-        self.id = new_replica_id(host, pid)
+        self.id = replica_id or new_replica_id(host, pid)
         self._link = Link(dsn)
         self._beat_link = Link(dsn)  # its own: a timed-out heartbeat closes it, and must not fail a reap
         self._beating: asyncio.Task[None] | None = None

@@ -18,11 +18,23 @@ BY = "you (Ctrl-C)"
 
 
 class Interrupts:
-    def __init__(self, session_key: str, *, engine: Engine, registry: CallRegistry, say: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        session_key: str,
+        *,
+        engine: Engine,
+        registry: CallRegistry,
+        say: Callable[[str], None],
+        turns_ended: Callable[[], int] = lambda: 0,
+    ) -> None:
+        """`turns_ended` counts the turns finished so far (the terminal's output): a press after one ended
+        counts from one again. The piped chat calls `reset` instead, at each line it sends."""
         self._key = session_key
         self._engine = engine
         self._registry = registry
         self._say = say
+        self._turns_ended = turns_ended
+        self._counted_in = turns_ended()
         self._presses = 0
         self._cancels = TaskSet()
 
@@ -33,6 +45,9 @@ class Interrupts:
     def press(self) -> bool:
         """Cancel what runs; False when nothing runs (then Ctrl-C means "leave")."""
         engine = self._engine
+        if (ended := self._turns_ended()) != self._counted_in:
+            self._counted_in = ended
+            self.reset()
         if engine.is_busy(self._key):
             self._presses += 1
             if self._presses > 1:

@@ -46,8 +46,8 @@ class TerminalOutput:
         self._refresh = refresh
         self._columns = columns
         self._thinking_s = thinking_s
-        self._waits_for_slot: Callable[[ToolCall], bool] = lambda call: True
-        self._on_turn_end: Callable[[], None] = lambda: None
+        self.turns_ended = 0
+        """Turns finished so far: Ctrl-C counts its presses per turn (bot/console/interrupts.py)."""
         self._open: dict[str, ToolCall] = {}
         self._finished: set[str] = set()
         self._turns: set[str] = set()
@@ -55,16 +55,11 @@ class TerminalOutput:
         self._row: str | None = None
         """The answer row being streamed; None when no answer is."""
 
-    def attach(self, *, waits_for_slot: Callable[[ToolCall], bool], on_turn_end: Callable[[], None]) -> None:
-        """What is known once the core is up: whether a `pending` call really waits for a slot (or is about
-        to start), and whom to tell that a turn ended (Ctrl-C counts presses per turn)."""
-        self._waits_for_slot = waits_for_slot
-        self._on_turn_end = on_turn_end
-
     # -- what the prompt draws ----------------------------------------------------------------
 
-    def live_rows(self) -> list[str]:
-        """The rows above the input line, each cut to one screen row."""
+    def live_rows(self, waits_for_slot: Callable[[ToolCall], bool] = lambda call: True) -> list[str]:
+        """The rows above the input line, each cut to one screen row; `waits_for_slot` (the core's caps) tells
+        a `pending` call that really waits for a slot from one about to start."""
         columns = self._columns()
         rows = [self._row] if self._row else []
         parts = []
@@ -72,13 +67,14 @@ class TerminalOutput:
             parts.append(f"✳ thinking… {thinking_s:.0f}s")
         elif self._turns and not self._open:
             parts.append("✳ working…")
-        parts.extend(self._call_part(call) for call in self._open.values())
+        parts.extend(self._call_part(call, waits_for_slot) for call in self._open.values())
         if parts:
             rows.append(" | ".join(parts))
         return [fit(row, columns) for row in rows]
 
-    def _call_part(self, call: ToolCall) -> str:
-        if call.status is CallStatus.PENDING and not self._waits_for_slot(call):
+    @staticmethod
+    def _call_part(call: ToolCall, waits_for_slot: Callable[[ToolCall], bool]) -> str:
+        if call.status is CallStatus.PENDING and not waits_for_slot(call):
             return f"⏳ {call_label(call)} starting"
         return f"{icon(call)} {call_label(call)} {state_text(call)}"
 
@@ -157,7 +153,7 @@ class TerminalOutput:
 
     def turn_finished(self, outcome: TurnOutcome) -> None:
         self._turns.discard(outcome.session_key)
-        self._on_turn_end()
+        self.turns_ended += 1
         self.text_done(outcome.session_key)
         if outcome.cancelled_by:
             self._print(f"(turn cancelled by {outcome.cancelled_by})")

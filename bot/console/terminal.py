@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import sys
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from functools import partial
 
 from prompt_toolkit import PromptSession
@@ -66,8 +66,13 @@ class TerminalChat:
                 printer(BANNER)
                 try:
                     async with open_core(self._settings, output, provider=thinking, owns=owns_console_session) as core:
-                        interrupts = Interrupts(self._key, engine=core.engine, registry=core.registry, say=output.line)
-                        output.attach(waits_for_slot=partial(waits_for_slot, core), on_turn_end=interrupts.reset)
+                        interrupts = Interrupts(
+                            self._key,
+                            engine=core.engine,
+                            registry=core.registry,
+                            say=output.line,
+                            turns_ended=lambda: output.turns_ended,
+                        )
                         await self._converse(prompt, output, interrupts, core)
                 finally:
                     await printer.drain()
@@ -80,9 +85,10 @@ class TerminalChat:
     ) -> None:
         engine = core.engine
         bindings = _interrupt_bindings(interrupts)
+        waits = partial(waits_for_slot, core)
 
         def message() -> StyleAndTextTuples:
-            rows = output.live_rows()
+            rows = output.live_rows(waits)
             return [("class:status", "".join(row + "\n" for row in rows)), ("", PROMPT)]
 
         while True:
@@ -96,7 +102,7 @@ class TerminalChat:
                 output.said(line, engine.submit(self._key, typed(line)))
         if engine.is_busy(self._key):
             output.line(FINISHING)
-            await _finish_turn(engine, self._key, interrupts, output)
+            await _finish_turn(engine, self._key, interrupts, output, waits)
 
 
 class AbovePrompt:
@@ -148,12 +154,14 @@ def _interrupt_bindings(interrupts: Interrupts) -> KeyBindings:
     return bindings
 
 
-async def _finish_turn(engine: Engine, key: str, interrupts: Interrupts, output: TerminalOutput) -> None:
+async def _finish_turn(
+    engine: Engine, key: str, interrupts: Interrupts, output: TerminalOutput, waits: Callable[[ToolCall], bool]
+) -> None:
     """The prompt is gone, but the live rows stay, repainted, until the running turn ends: whoever left
     still sees what it waits for. No input is taken; Ctrl-C interrupts as it does at the prompt."""
 
     def rows() -> StyleAndTextTuples:
-        return [("class:status", "\n".join(output.live_rows()))]
+        return [("class:status", "\n".join(output.live_rows(waits)))]
 
     app: Application[None] = Application(
         layout=Layout(Window(FormattedTextControl(rows), dont_extend_height=True)),

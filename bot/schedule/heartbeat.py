@@ -126,11 +126,9 @@ class Heartbeat:
         store: Store,
         engine: Waker,
         clock: Clock,
-        owed: bool = False,
     ) -> None:
-        """With `owed` (a cluster) each run's prompt is stored as owed input, so the job of its thread takes
-        it up on whichever replica; one process starts the turn itself and never resumes a heartbeat."""
-        self._owed = owed
+        """Each run's prompt is stored as owed input before its turn starts, like a message: a process that
+        dies during the run resumes it, and in a cluster the job of its thread takes it up on any replica."""
         self._path = path
         self._channel = channel
         self._zone = zone
@@ -160,13 +158,9 @@ class Heartbeat:
         key = f"{HEARTBEAT_SESSION_PREFIX}{iso_utc(now)}"
         address = {"edge": "slack", "channel": self._channel, "thread_ts": None, "quiet_reply": HEARTBEAT_OK}
         prompt = run_prompt(decision.tasks, local_text(now, self._zone))
-        if self._owed:
-            item = await self._store.claim_message([], key, prompt, address=address)
-            assert item is not None  # no keys to have been seen
-            self._engine.submit(key, prompt, inbox_id=item.id)
-        else:
-            await self._store.ensure_session(key, address)
-            self._engine.submit(key, prompt)
+        item = await self._store.claim_message([], key, prompt, address=address)
+        assert item is not None  # no keys to have been seen
+        self._engine.submit(key, prompt, inbox_id=item.id)
         self.last_run_at = now
         log.info("heartbeat started %s with %d task(s)", key, len(decision.tasks))
         return TickResult(Outcome.RAN, key)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
@@ -58,9 +59,23 @@ Tick = Callable[[], Coroutine[Any, Any, object]]
 
 
 class Periodic(Protocol):
-    """Runs interval work once per tick across a cluster's replicas (bot/cluster/ticks.py)."""
+    """Runs interval work once per tick: across a cluster's replicas (bot/cluster/ticks.py), or on this
+    process's own timer (`OwnTimer`)."""
 
     def every(self, name: str, interval_s: float, work: Callable[[int], Awaitable[object]]) -> None: ...
+
+
+class OwnTimer:
+    """Interval jobs on this process's APScheduler: with no other process to share them, every tick is ours.
+
+    The first run is one interval from now; the job defaults keep a slow one from running twice at once."""
+
+    def __init__(self, aps: AsyncIOScheduler) -> None:
+        self._aps = aps
+
+    def every(self, name: str, interval_s: float, work: Callable[[int], Awaitable[object]]) -> None:
+        trigger = IntervalTrigger(seconds=interval_s, timezone=UTC)
+        self._aps.add_job(work, trigger, args=(0,), id=name, name=name, replace_existing=True)
 
 
 class Scheduler:
@@ -84,10 +99,11 @@ class Scheduler:
         reminder_retry_s: float = REMINDER_RETRY_S,
         periodic: Periodic | None = None,
         max_self_wakes_per_day: int | None = None,
+        on_change: ChangeListener | None = None,
     ) -> None:
-        """`periodic` (a cluster) runs the interval jobs instead of APScheduler, once per tick cluster-wide;
-        `max_self_wakes_per_day` bounds the waits that wake one thread per UTC day (None: no bound)."""
-        self._periodic = periodic
+        """`periodic` runs the interval jobs (a cluster's: once per tick cluster-wide; by default `OwnTimer`);
+        `max_self_wakes_per_day` bounds the waits that wake one thread per UTC day (None: no bound);
+        `on_change` is told of every row this process adds or cancels."""
         self._store = store
         self._clock = clock
         self._owns = owns
@@ -103,8 +119,9 @@ class Scheduler:
         self._poster = ReminderPoster(store=store, edge=output, retry_window_s=reminder_retry_s)
         self._aps = AsyncIOScheduler(timezone=UTC, job_defaults=JOB_DEFAULTS)
         self._aps.add_listener(self._on_skipped, EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES)
+        self._periodic = periodic or OwnTimer(self._aps)
         self._listeners: list[FireListener] = []
-        self._changes: list[ChangeListener] = []
+        self._changes = [on_change] if on_change is not None else []
         self._deliveries = TaskSet()
         self._ticks = TaskSet()
         self._stopped = False
@@ -191,9 +208,6 @@ class Scheduler:
             self._schedule(reminder.id, reminder.due_at)
         return len(pending)
 
-    def on_change(self, listener: ChangeListener) -> None:
-        self._changes.append(listener)
-
     def _changed(self, reminder_id: int) -> None:
         for listener in self._changes:
             listener(reminder_id)
@@ -239,11 +253,7 @@ class Scheduler:
 
     def every(self, job_id: str, interval_s: float, tick: Tick) -> None:
         """Run `tick` every `interval_s` (first run one interval from now), never two at once."""
-        if self._periodic is not None:
-            self._periodic.every(job_id, interval_s, lambda _: self._run_tick(job_id, tick))
-            return
-        trigger = IntervalTrigger(seconds=interval_s, timezone=UTC)
-        self._aps.add_job(self._run_tick, trigger, args=(job_id, tick), id=job_id, replace_existing=True)
+        self._periodic.every(job_id, interval_s, functools.partial(self._run_tick, job_id, tick))
 
     def next_run_time(self, job_id: str) -> datetime | None:
         """When APScheduler will next run a job; None if there is no such job."""
@@ -280,7 +290,7 @@ class Scheduler:
         if task is not None:
             await asyncio.wait({task})  # a cancelled job (at shutdown) leaves the delivery to `stop`
 
-    async def _run_tick(self, job_id: str, tick: Tick) -> None:
+    async def _run_tick(self, job_id: str, tick: Tick, _number: int) -> None:
         task = self._ticks.spawn(tick(), f"scheduled job {job_id}")
         # wait() rather than await: a tick that stop() cancels ends quietly, and APScheduler, which
         # runs this, would log that cancellation as the job's failure.

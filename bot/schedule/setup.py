@@ -14,7 +14,7 @@ from bot.schedule.firing import Clock, Waker
 from bot.schedule.heartbeat import HEARTBEAT_SESSION_PREFIX, Heartbeat
 from bot.schedule.reminder_tools import reminder_tools
 from bot.schedule.retention import RETENTION_JOB_ID, RETENTION_SWEEP_S, Retention
-from bot.schedule.scheduler import Periodic, Scheduler
+from bot.schedule.scheduler import ChangeListener, Periodic, Scheduler
 from bot.schedule.wait_tools import wait_tools
 from bot.schedule.zones import Zones
 from bot.store import Store
@@ -39,6 +39,7 @@ def build_scheduler(
     clock: Clock | None = None,
     owns: SessionFilter | None = None,
     periodic: Periodic | None = None,
+    on_change: ChangeListener | None = None,
 ) -> Scheduler:
     """A scheduler (not started) reporting to `output` and waking `engine`; adds the tools to `toolbox`."""
     scheduler = Scheduler(
@@ -52,6 +53,7 @@ def build_scheduler(
         reminder_retry_s=settings.bot_reminder_retry_s,
         periodic=periodic,
         max_self_wakes_per_day=settings.bot_max_self_wakes_per_day,
+        on_change=on_change,
     )
     now = clock or utcnow
 
@@ -84,7 +86,6 @@ def build_scheduler(
             store=store,
             engine=engine,
             clock=clock or utcnow,
-            owed=periodic is not None,  # a cluster: the thread's job, wherever it runs, takes the prompt up
         )
         scheduler.every(HEARTBEAT_JOB_ID, settings.bot_heartbeat_interval_s, heartbeat.tick)
     return scheduler

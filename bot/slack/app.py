@@ -199,7 +199,8 @@ class Ingress:
         home: HomeTab | None = None,
         threads: AgentThreads | None = None,
     ) -> None:
-        """`home` and `threads` are the agent surface (App Home; suggested prompts and titles), when wired."""
+        """`ack_after`: the coordination seam's `shared` (bot/coordination.py); `home` and `threads` are the agent
+        surface (App Home; suggested prompts and titles), when wired."""
         self._tracing = tracing or Tracing()
         self.router = router
         self.home = home
@@ -262,6 +263,17 @@ class Ingress:
         self._metrics.inc("events_received_total")
         await self._handle(self._approvals.on_button(body), "slack-approval-button")
 
+    async def relayed(self, kind: str, body: dict[str, Any]) -> None:
+        """A cancel or a decision relayed from any replica (this one too): acted on if its work is held here."""
+        if kind == "approval":
+            await self._approvals.on_button(body, forwarded=True)
+        elif kind == "reaction":
+            await self._canceller.on_reaction(body, forwarded=True)
+        elif kind == "button":
+            await self._canceller.on_button(body, forwarded=True)
+        elif kind == "cancel":
+            await self._canceller.on_forwarded_cancel(body)
+
     async def forget_button(self, body: dict[str, Any]) -> None:
         self._metrics.inc("events_received_total")
         await self._handle(self.router.forget_dialog.on_button(body), "slack-forget-button")
@@ -284,6 +296,7 @@ class Ingress:
     ) -> None:
         if self._tracing.enabled:
             work = self._traced(work, name, attributes or {})
+        # One of the four mode branches outside the seam: a replica's ack waits for the durable effect.
         if self.ack_after:
             await self.tasks.run(work, name)
         else:
@@ -339,12 +352,11 @@ def build_app(settings: Settings, client: AsyncWebClient, ingress: Ingress, me: 
     async def on_reaction(body: dict[str, Any]) -> None:
         await ingress.reaction(body)
 
+    # Acked first in both ways of acking: with `process_before_response` bolt still answers Slack only once
+    # the listener has returned (and with a 500 if it raised), so a replica acks after the durable effect.
     async def on_cancel_button(ack: AsyncAck, body: dict[str, Any]) -> None:
-        if not ingress.ack_after:
-            await ack()
+        await ack()
         await ingress.button(body)
-        if ingress.ack_after:
-            await ack()
 
     app.event("app_mention")(on_message)
     app.event("message")(on_message)
@@ -364,11 +376,8 @@ def build_app(settings: Settings, client: AsyncWebClient, ingress: Ingress, me: 
     app.action(FORGET_ACTION)(on_forget_button)
 
     async def on_approval_button(ack: AsyncAck, body: dict[str, Any]) -> None:
-        if not ingress.ack_after:
-            await ack()
+        await ack()
         await ingress.approval_button(body)
-        if ingress.ack_after:
-            await ack()
 
     app.action(APPROVE_ACTION)(on_approval_button)
     app.action(DENY_ACTION)(on_approval_button)

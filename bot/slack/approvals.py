@@ -12,7 +12,7 @@ not a message for the agent. Anyone else's reply goes on as usual, and so do `st
 and `forget`. A question with options takes only its buttons.
 
 In a cluster the click (or the reply) may reach a replica that does not hold the call, so it is
-`forward`ed like a cancel: rung to every replica (this one too), and the one whose registry
+`relay`ed like a cancel: rung to every replica (this one too), and the one whose registry
 holds the waiting call decides and answers the person.
 """
 
@@ -24,8 +24,9 @@ from typing import Any
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.calls.registry import CallRegistry
+from bot.coordination import Coordination
 from bot.slack.admission import Admission
-from bot.slack.cancel import NOT_ADMITTED, Forward, explain
+from bot.slack.cancel import NOT_ADMITTED, explain
 from bot.slack.render import ANSWER_ACTIONS, APPROVE_ACTION
 from bot.store import Store
 from bot.telemetry.metrics import Metrics
@@ -50,20 +51,19 @@ class ApprovalButtons:
         admission: Admission,
         metrics: Metrics,
         store: Store,
-        forward: Forward | None = None,
+        coordination: Coordination,
     ) -> None:
         self._client = client
         self._registry = registry
         self._admission = admission
         self._metrics = metrics
         self._store = store
-        self._forward = forward
+        self._coordination = coordination
 
     async def on_button(self, body: dict[str, Any], *, forwarded: bool = False) -> None:
         """An Approve / Deny / option click, or (`body["reply"]`) a reply another replica took for an answer."""
-        if self._forward is not None and not forwarded:
-            await self._forward("approval", body)  # the replica holding the waiting call decides
-            return
+        if not forwarded and await self._coordination.relay("approval", body):
+            return  # the replica holding the waiting call decides
         person = body.get("user") or {}
         user = str(person.get("id") or "")
         if (reply := body.get("reply")) is not None:
@@ -104,7 +104,7 @@ class ApprovalButtons:
         answer, or None (the reply is then a message for the agent, as usual)."""
         calls = (
             sorted(self._registry.open_calls(session_key), key=lambda call: call.created_at)
-            if self._forward is None
+            if not self._coordination.shared
             else await self._store.session_calls(session_key, only_open=True)  # oldest first
         )
         return next(
@@ -115,9 +115,10 @@ class ApprovalButtons:
     async def on_reply(self, question: ToolCall, user: str, text: str) -> None:
         """A reply taken (and claimed) as `question`'s answer; its author was admitted by the caller. Here it
         returns once the answered call is saved, so the ✅ the caller adds next is never ahead of the store."""
-        if self._forward is not None:
-            await self._forward("approval", {"user": {"id": user}, "reply": {"call": question.id, "text": text}})
-        elif self._answer_reply(question.id, text, user):
+        reply = {"user": {"id": user}, "reply": {"call": question.id, "text": text}}
+        if await self._coordination.relay("approval", reply):
+            return  # the replica holding the question answers it
+        if self._answer_reply(question.id, text, user):
             await self._registry.wait_final(question.id, SAVE_WAIT_S)
 
     def _answer_reply(self, call_id: str, text: str, user: str) -> bool:

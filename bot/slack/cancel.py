@@ -8,7 +8,7 @@ ignored (a button press gets a private explanation). The status message then sho
 who cancelled, through the normal call_changed path.
 
 In a cluster the status message, the turn or the call may live on another replica,
-so every cancel is `forward`ed: written to the database and rung to every replica
+so every cancel is `relay`ed through the coordination seam: written to the database and rung to every replica
 (this one too) before Slack gets its ack, and the replica that holds the message,
 the turn or the call checks the permission (from the database) and cancels, as if
 Slack had sent it there. A turn's cancel reaches every replica, since its calls
@@ -18,7 +18,6 @@ may run on several.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
@@ -26,6 +25,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.agent.engine import Engine
 from bot.calls.registry import CallRegistry
 from bot.config import Settings
+from bot.coordination import Coordination
 from bot.errors import SlackResponseError
 from bot.slack.admission import Admission, team_of
 from bot.slack.filters import may_cancel
@@ -36,9 +36,6 @@ log = logging.getLogger(__name__)
 
 NOT_YOURS = "Only the person who asked (or an allowed user) can cancel this."
 NOT_ADMITTED = "Sorry, I'm not set up to take requests from you. Please ask the people who run me for access."
-
-Forward = Callable[[str, dict[str, Any]], Awaitable[None]]
-"""Hands a cancel to every replica of a cluster: a kind (`reaction`, `button`, `cancel`) and its body."""
 
 
 class Canceller:
@@ -51,10 +48,12 @@ class Canceller:
         edge: SlackEdge,
         settings: Settings,
         metrics: Metrics,
-        forward: Forward | None = None,
+        coordination: Coordination,
         admission: Admission | None = None,
     ) -> None:
-        self._forward = forward
+        """A cancel is handed to `coordination` first, which relays it to every process when the work may
+        be another's (its relayed copy comes back `forwarded`); alone, it is acted on here."""
+        self._coordination = coordination
         self._admission = admission or Admission.of(settings)
         self._client = client
         self._engine = engine
@@ -70,9 +69,8 @@ class Canceller:
         return event.get("reaction") in self._settings.bot_cancel_reactions and item.get("type") == "message"
 
     async def on_reaction(self, body: dict[str, Any], *, forwarded: bool = False) -> None:
-        if self._forward is not None and not forwarded:
-            await self._forward("reaction", body)  # durable first; every replica (this one too) looks at it
-            return
+        if not forwarded and await self._coordination.relay("reaction", body):
+            return  # durable first; every replica (this one too) looks at it
         event = body.get("event") or {}
         user, item = str(event.get("user") or ""), event.get("item") or {}
         channel, ts = str(item.get("channel") or ""), str(item.get("ts") or "")
@@ -91,9 +89,8 @@ class Canceller:
             await self.cancel_turn(session_key, by=user)
 
     async def on_button(self, body: dict[str, Any], *, forwarded: bool = False) -> None:
-        if self._forward is not None and not forwarded:
-            await self._forward("button", body)  # the replica running the call decides
-            return
+        if not forwarded and await self._coordination.relay("button", body):
+            return  # the replica running the call decides
         person = body.get("user") or {}
         user = str(person.get("id") or "")
         if not self._admission.admits(user, team=str(person.get("team_id") or "")):
@@ -112,17 +109,15 @@ class Canceller:
 
     async def cancel_turn(self, session_key: str, *, by: str) -> None:
         """Stop the session's turn and calls, wherever they run; the caller checked the permission."""
-        if self._forward is None:
+        if not await self._coordination.relay("cancel", {"session_key": session_key, "by": by}):
             await self._engine.cancel_turn(session_key, by=by)
-        else:
-            await self._forward("cancel", {"session_key": session_key, "by": by})
 
     async def on_forwarded_cancel(self, body: dict[str, Any]) -> None:
         """Another replica (or this one) asked every replica to stop a session's turn and calls."""
         await self._engine.cancel_turn(str(body["session_key"]), by=str(body["by"]))
 
     async def _permitted(self, user: str, session_key: str) -> bool:
-        requesters = await self._edge.requesters(session_key, from_store=self._forward is not None)
+        requesters = await self._edge.requesters(session_key)
         ok = may_cancel(user, requesters=requesters, allowed_users=self._settings.bot_allowed_users)
         if not ok:
             log.info("ignoring a cancel by %s in %s: not the requester nor an allowed user", user, session_key)

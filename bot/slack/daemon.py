@@ -17,17 +17,17 @@ import importlib
 import logging
 import signal
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import __version__
-from bot.app import Core, open_core
+from bot.app import Core, open_ground, run_core
 from bot.config import Settings
+from bot.coordination import Crew
 from bot.errors import ConfigError, ThreadbotError
-from bot.policy import Policy
 from bot.schedule.heartbeat import HEARTBEAT_SESSION_PREFIX
 from bot.slack.admission import Admission
 from bot.slack.app import (
@@ -42,7 +42,7 @@ from bot.slack.app import (
 from bot.slack.approvals import ApprovalButtons
 from bot.slack.cancel import Canceller
 from bot.slack.edits import EditScheduler
-from bot.slack.events import INJECTION_REACTION, ClusterHooks, MessageRouter
+from bot.slack.events import INJECTION_REACTION, MessageRouter
 from bot.slack.filters import SESSION_PREFIX
 from bot.slack.health import SocketHealth, daemon_health
 from bot.slack.journal import FinalJournal
@@ -50,13 +50,11 @@ from bot.slack.output import SlackEdge
 from bot.slack.posts import PostQueue
 from bot.slack.surface import agent_surface
 from bot.slack.tokens import token_problem
+from bot.store import OwedMessage
 from bot.telemetry.agent import AgentTelemetry
 from bot.telemetry.metrics import Metrics
 from bot.telemetry.tracing import Tracing
-
-if TYPE_CHECKING:
-    from bot.cluster.doorbell import Ring
-    from bot.cluster.node import ClusterNode
+from bot.toolcall import ToolCall
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +82,9 @@ async def serve(settings: Settings, *, port: int, slack_timeout_s: float = REQUE
         me = await meet_slack(client, app_token, slack_timeout_s)
         pacing_client = build_client(settings, session, retry_rate_limits=False)
         telemetry = AgentTelemetry(Metrics(), Tracing.from_environ())
-        edits = EditScheduler(pacing_client, metrics=telemetry.metrics)
-        posts = PostQueue(pacing_client, metrics=telemetry.metrics, tracing=telemetry.tracing)
         signals = _Signals(asyncio.get_running_loop())
         try:
-            await _run(settings, client, edits, posts, me, app_token, port, signals.stopping, telemetry)
+            await _run(settings, client, pacing_client, me, app_token, port, signals.stopping, telemetry)
         except asyncio.CancelledError:
             if not signals.forced:
                 raise
@@ -102,23 +98,30 @@ async def serve(settings: Settings, *, port: int, slack_timeout_s: float = REQUE
 async def _run(
     settings: Settings,
     client: AsyncWebClient,
-    edits: EditScheduler,
-    posts: PostQueue,
+    pacing_client: AsyncWebClient,
     me: Identity,
     app_token: str | None,
     port: int,
     stopping: asyncio.Event,
     telemetry: AgentTelemetry,
 ) -> None:
-    """`edits` and `posts` have a client of their own, on the same connection pool, without the 429 retries (see
-    `build_client`); every other Slack call goes through `client`."""
+    """In order: the store and the lease, the Slack edge on them, the core around the edge, the events in,
+    and the listeners last; torn down in reverse. The edits and posts get `pacing_client`, on the same
+    connection pool without the 429 retries (see `build_client`); every other Slack call goes through `client`."""
     metrics = telemetry.metrics
+    ingress: Ingress | None = None
     async with contextlib.AsyncExitStack() as stack:
+        ground = await stack.enter_async_context(open_ground(settings, replica=True))
+        coordination = ground.coordination
+        edits = EditScheduler(pacing_client, journal=FinalJournal(ground.store), metrics=telemetry.metrics)
+        posts = PostQueue(pacing_client, metrics=telemetry.metrics, tracing=telemetry.tracing)
         await edits.start()
         stack.push_async_callback(edits.close, EDITS_FLUSH_S)
         edge = SlackEdge(
             client,
             edits,
+            store=ground.store,
+            shared=coordination.shared,
             team_id=me.team_id,
             metrics=metrics,
             posts=posts,
@@ -130,41 +133,37 @@ async def _run(
             return key.startswith((SESSION_PREFIX, HEARTBEAT_SESSION_PREFIX))
 
         async def flush_slack() -> None:
-            """While the store is open: what is not delivered by then stays owed in it, for the next start.
-            A replica that lost its lease sends nothing more: the thread is another replica's now."""
-            lost = node is not None and node.lost.is_set()
-            drain = 0.0 if lost or (ingress is not None and ingress.revoked.is_set()) else 1.0
+            """Once the core has stopped, while the store is open: what is not delivered by then stays owed
+            in it, for the next start. A replica that lost its lease sends nothing more: the thread is
+            another replica's now."""
+            revoked = ingress is not None and ingress.revoked.is_set()
+            drain = 0.0 if coordination.lost.is_set() or revoked else 1.0
             await edge.close(EDGE_DRAIN_S * drain)
             await edits.close(EDITS_FLUSH_S * drain)
 
-        node: ClusterNode | None = None
-        ingress: Ingress | None = None
-        if settings.database_url is not None:
-            from bot.cluster.node import ClusterNode  # procrastinate and psycopg: cluster mode only
-
-            node = ClusterNode(dsn=settings.database_url)
+        # Posts the shutdown itself queued (cancelled calls) still record where they went.
+        stack.push_async_callback(flush_slack)
         core = await stack.enter_async_context(
-            open_core(
-                settings,
+            run_core(
+                ground,
                 edge,
                 user_timezone=edge.user_timezone,
-                askers=edge.askers(uses_groups=Policy.load(settings.bot_policy_file).uses_groups),
+                askers=edge.askers(uses_groups=ground.extensions.policy.uses_groups),
                 owns=owns,
-                # Posts the shutdown itself queued (cancelled calls) still record where they went.
-                before_store_closes=flush_slack,
-                cluster=node,
                 telemetry=telemetry,
             )
         )
-        edge.attach(core.store)
-        edits.keep_finals(FinalJournal(core.store))
-        if node is None:
-            await edge.resume()
-            await edge.repaint(core.orphans)
-            await core.engine.resume(owns)  # before new events: what was acked before the restart goes first
-            ingress = _ingress(settings, client, core, edge, me, telemetry)
-        else:
-            ingress = await _join_cluster(node, settings, client, core, edge, edits, me, telemetry)
+        ingress = _ingress(settings, client, core, edge, me, telemetry)
+        await edge.resume()
+        await edge.repaint(core.orphans)
+        crew = Crew(
+            engine=core.engine,
+            scheduler=core.scheduler,
+            take_up_asked=lambda calls: core.registry.take_up_asked(calls, core.toolbox.get),
+            edge=_SlackDuties(edge, ingress),
+            owns=owns,
+        )
+        await coordination.join(crew)  # once events can be cancelled: from here on this process takes work
         stack.push_async_callback(ingress.close, INGRESS_GRACE_S)
         _gauges(metrics, core, edge, edits, posts, ingress)
         app = build_app(settings, client, ingress, me)
@@ -190,8 +189,8 @@ async def _run(
             stack.push_async_callback(runner.cleanup)
             _log_start(settings, me, f"HTTP events on port {port} at {EVENTS_PATH}")
         await _freeze_start_up()
-        await _until_set(stopping, ingress.revoked, node.lost if node is not None else None)
-        if node is not None and node.lost.is_set():
+        await _until_set(stopping, ingress.revoked, coordination.lost)
+        if coordination.lost.is_set():
             log.error("stopping at once: this replica lost its lease, and its threads are another's now")
         elif not ingress.revoked.is_set():  # a revocation was said once, when it came (Ingress.revoke)
             log.info("stopping: no new events; letting running work finish")
@@ -202,7 +201,7 @@ async def _run(
             f"SLACK_BOT_TOKEN: Slack sent {ingress.revoked_by}, the token no longer works; "
             "reinstall the app and set its new tokens"
         )
-    if node is not None and node.lost.is_set():
+    if coordination.lost.is_set():
         # Not 0: a supervisor (systemd's Restart=on-failure, compose's restart policy) starts a new replica.
         raise ThreadbotError("this replica lost its lease in the database and stopped; start it again")
 
@@ -237,16 +236,12 @@ def _ingress(
     edge: SlackEdge,
     me: Identity,
     telemetry: AgentTelemetry,
-    node: ClusterNode | None = None,
 ) -> Ingress:
-    """Events in; with `node`, cancels that this replica does not hold go to every replica as rings."""
+    """Events in: messages, cancels and decisions, each handed to the coordination seam where its work
+    may be another process's."""
     metrics = telemetry.metrics
-
-    async def forward(kind: str, body: dict[str, Any]) -> None:
-        assert node is not None
-        await node.ring(kind, "", body=body)
-
     admission = Admission.of(settings, me.team_id)
+    coordination = core.coordination
     canceller = Canceller(
         client=client,
         engine=core.engine,
@@ -254,7 +249,7 @@ def _ingress(
         edge=edge,
         settings=settings,
         metrics=metrics,
-        forward=forward if node is not None else None,
+        coordination=coordination,
         admission=admission,
     )
     approvals = ApprovalButtons(
@@ -263,7 +258,7 @@ def _ingress(
         admission=admission,
         metrics=metrics,
         store=core.store,
-        forward=forward if node is not None else None,
+        coordination=coordination,
     )
     router = MessageRouter(
         client=client,
@@ -273,57 +268,46 @@ def _ingress(
         settings=settings,
         bot_user_id=me.user_id,
         metrics=metrics,
-        cluster=ClusterHooks(node.offer_in, lambda key, by: canceller.cancel_turn(key, by=by)) if node else None,
+        coordination=coordination,
         admission=admission,
         answers=approvals,
     )
-    if node is not None:
-        node.on("approval", lambda ring: approvals.on_button(ring.extra["body"], forwarded=True))
-        node.on("reaction", lambda ring: canceller.on_reaction(ring.extra["body"], forwarded=True))
-        node.on("button", lambda ring: canceller.on_button(ring.extra["body"], forwarded=True))
-        node.on("cancel", lambda ring: canceller.on_forwarded_cancel(ring.extra["body"]))
     home, threads = agent_surface(settings, client, core, edge, me, metrics, admission)
     return Ingress(
         router=router,
         canceller=canceller,
         approvals=approvals,
         metrics=metrics,
-        ack_after=node is not None,
+        ack_after=coordination.shared,
         tracing=telemetry.tracing,
         home=home,
         threads=threads,
     )
 
 
-async def _join_cluster(
-    node: ClusterNode,
-    settings: Settings,
-    client: AsyncWebClient,
-    core: Core,
-    edge: SlackEdge,
-    edits: EditScheduler,
-    me: Identity,
-    telemetry: AgentTelemetry,
-) -> Ingress:
-    """Cluster mode: no resume at start (the reaper adopts what gone replicas left, the thread jobs
-    resume their threads), the edit budget shared with the live replicas, and the worker started
-    once events can be cancelled."""
+class _SlackDuties:
+    """What the Slack edge does for the coordination seam (`EdgeDuties`)."""
 
-    ingress = _ingress(settings, client, core, edge, me, telemetry, node)
+    def __init__(self, edge: SlackEdge, ingress: Ingress) -> None:
+        self._edge = edge
+        self._ingress = ingress
 
-    async def injected(ring: Ring, taken: list[int]) -> None:
-        channel, ts = ring.extra.get("channel"), ring.extra.get("ts")
-        if channel and ts:
-            await ingress.router.react(str(channel), str(ts), INJECTION_REACTION)
+    async def repaint(self, orphans: list[ToolCall]) -> None:
+        await self._edge.repaint(orphans)
 
-    def live(replicas: int) -> None:
-        edits.share_budget(replicas)
-        if ingress.home is not None:
-            ingress.home.share_budget(replicas)
+    def take_over(self, owed: list[OwedMessage]) -> None:
+        self._edge.take_over(owed)
 
-    node.attach_edge(paint_orphans=edge.repaint, live=live, injected=injected, take_over=edge.take_over)
-    await node.start()
-    return ingress
+    def share_budget(self, processes: int) -> None:
+        self._edge.share_budget(processes)
+        if self._ingress.home is not None:
+            self._ingress.home.share_budget(processes)
+
+    async def injected(self, ref: dict[str, Any]) -> None:
+        await self._ingress.router.react(ref["channel"], ref["ts"], INJECTION_REACTION)
+
+    async def relayed(self, kind: str, body: dict[str, Any]) -> None:
+        await self._ingress.relayed(kind, body)
 
 
 async def _until_set(*events: asyncio.Event | None) -> None:

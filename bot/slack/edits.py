@@ -165,10 +165,6 @@ class EditScheduler:
         """Slack's edit budget is the workspace's: with `replicas` live processes each spends its share."""
         self._bucket.rate = self._per_minute / 60.0 / max(1, replicas)
 
-    def keep_finals(self, journal: FinalJournal) -> None:
-        """From now on, write every final state to `journal` until Slack shows it (the store opens after us)."""
-        self._journal = journal
-
     def resume(self, owed: list[OwedMessage]) -> None:
         """At start: the final states a previous process recorded but never got onto Slack, in line again."""
         for message in owed:

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +33,7 @@ from bot.agent.protocol import text_block
 from bot.clock import utcnow
 from bot.concurrency import TaskSet
 from bot.config import Settings
+from bot.coordination import Coordination
 from bot.errors import SlackResponseError
 from bot.slack.admission import Admission
 from bot.slack.approvals import ANSWERED_REACTION, ApprovalButtons
@@ -54,16 +53,6 @@ if TYPE_CHECKING:
     from bot.store.db import TxHook
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterHooks:
-    """What the events side needs of a cluster (bot/cluster/node.py) without importing it."""
-
-    offer_in: Callable[[psycopg.AsyncConnection[Any], str, dict[str, str]], Awaitable[None]]
-    """Queue the thread's job and ring its replica, inside the claim's transaction."""
-    cancel_everywhere: Callable[[str, str], Awaitable[None]]
-    """Stop a session's turn and calls on every replica: (session_key, by)."""
 
 
 INJECTION_REACTION = "eyes"
@@ -91,18 +80,18 @@ class MessageRouter:
         settings: Settings,
         bot_user_id: str,
         metrics: Metrics,
-        cluster: ClusterHooks | None = None,
+        coordination: Coordination,
         admission: Admission | None = None,
         answers: ApprovalButtons | None = None,
     ) -> None:
-        """With `cluster` (several replicas) a message is handed to its thread's job in the claim's own
-        transaction, and `stop` reaches the turn and the calls on whichever replica runs them. `admission`
-        decides whom the bot answers (default: the allow-lists, teams not told apart). With `answers`, a reply
-        that answers an open question (bot/slack/approvals.py) goes to it rather than to the agent."""
+        """When the `coordination` is `shared` (several replicas) a message is handed to its thread's job in
+        the claim's own transaction, and `stop` reaches the turn and the calls on whichever replica runs them.
+        `admission` decides whom the bot answers (default: the allow-lists, teams not told apart). With
+        `answers`, a reply that answers an open question (bot/slack/approvals.py) goes to it rather than to
+        the agent."""
         self._answers = answers
         self._admission = admission or Admission.of(settings)
-        self._offer_in = cluster.offer_in if cluster is not None else None
-        self._cancel_everywhere = cluster.cancel_everywhere if cluster is not None else None
+        self._coordination = coordination
         self._client = client
         self._store = store
         self._engine = engine
@@ -173,7 +162,9 @@ class MessageRouter:
         if session_key is not None and await self._answered(session_key, incoming, keys):
             return
         address = {"speaker": incoming.user} if session_key is not None else self._new_address(incoming)
-        if self._offer_in is not None:
+        # One of the four mode branches outside the seam: a replica acks only once the claim has committed, so
+        # it reads the thread before claiming; one process claims first (it acked already) and reads after.
+        if self._coordination.shared:
             await self._claim_in_cluster(incoming, keys, session_key, address)
             return
         # One process acked the event already: the claim comes first, so a kill while the thread or the
@@ -268,8 +259,7 @@ class MessageRouter:
 
     def _offer(self, key: str, incoming: Incoming) -> TxHook:
         """Queue the thread's job and ring its replica, inside the caller's transaction."""
-        assert self._offer_in is not None
-        offer_in, ref = self._offer_in, {"channel": incoming.channel, "ts": incoming.ts}
+        offer_in, ref = self._coordination.offer_in, {"channel": incoming.channel, "ts": incoming.ts}
 
         async def then(conn: psycopg.AsyncConnection[Any]) -> None:
             await offer_in(conn, key, ref)
@@ -335,16 +325,18 @@ class MessageRouter:
 
     async def _stop(self, session_key: str, incoming: Incoming) -> None:
         """`stop` / `cancel` as the whole reply: cancel the turn and every call, bypassing the queue."""
-        requesters = await self._edge.requesters(session_key, from_store=self._cancel_everywhere is not None)
+        requesters = await self._edge.requesters(session_key)
         if not may_cancel(incoming.user, requesters=requesters, allowed_users=self._settings.bot_allowed_users):
             self._edge.notice(session_key, "Only the person who asked (or an allowed user) can stop this.")
             return
         self._metrics.inc("cancels_total")
-        if self._cancel_everywhere is not None:
+        # One of the four mode branches outside the seam: the turn and its calls may run on other replicas, so
+        # only the store can say whether anything runs; one process asks its engine, by cancelling.
+        if self._coordination.shared:
             if not await self._running_anywhere(session_key):
                 self._edge.notice(session_key, "Nothing is running right now.")
                 return
-            await self._cancel_everywhere(session_key, incoming.user)
+            await self._coordination.relay("cancel", {"session_key": session_key, "by": incoming.user})
             await self.react(incoming.channel, incoming.ts, "octagonal_sign")
             return
         busy = self._engine.is_busy(session_key)

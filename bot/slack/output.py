@@ -65,13 +65,15 @@ log = logging.getLogger(__name__)
 
 
 class SlackEdge:
-    """Implements `EngineOutput` for Slack; `attach(store)` once the core is open."""
+    """Implements `EngineOutput` for Slack, on the store the core is opened on."""
 
     def __init__(
         self,
         client: AsyncWebClient,
         edits: EditScheduler,
         *,
+        store: Store,
+        shared: bool = False,
         team_id: str = "",
         metrics: Metrics | None = None,
         posts: PostQueue | None = None,
@@ -79,26 +81,23 @@ class SlackEdge:
         upload_over_chars: int = UPLOAD_OVER_CHARS,
         tracing: Tracing | None = None,
     ) -> None:
-        """`posts` should use a client without the SDK's 429 retries (see `build_client`); by default, `client`."""
+        """`posts` should use a client without the SDK's 429 retries (see `build_client`); by default, `client`.
+        `shared` (a cluster's replica): who may cancel is read from the store, since a turn may have started
+        on another replica."""
         self._tracing = tracing or Tracing()
         self._client = client
         self._posts = posts or PostQueue(client)
+        self._metrics = metrics or Metrics()
+        self._store = store
         self._upload_over_chars = upload_over_chars
         self._first_post_wait_s = first_post_wait_s
         self._edits = edits
-        self._metrics = metrics or Metrics()
-        self._store: Store | None = None
         self._queues = SerialQueues()
-        self._sessions = Sessions(client, team_id=team_id)
-        self.threads = ThreadPosts(client, self._posts, self._sessions, self._metrics)
+        self._sessions = Sessions(client, store, team_id=team_id, requesters_from_store=shared)
+        self.threads = ThreadPosts(client, self._posts, self._sessions, self._metrics, store)
         self._thinking = ThinkingStatus(client, self._sessions)
         self.board = StatusBoard(_edit_with(edits), repost=self._repost_status)
         self._quiet = QuietHold(self._sessions, abandon=self.board.abandon)
-
-    def attach(self, store: Store) -> None:
-        self._store = store
-        self._sessions.attach(store)
-        self.threads.attach(store)
 
     async def resume(self) -> None:
         """At start: deliver what a previous process owed Slack (posts through the outbox, final edits queued)."""
@@ -107,6 +106,10 @@ class SlackEdge:
     def take_over(self, owed: list[OwedMessage]) -> None:
         """Deliver what a gone replica owed Slack, as if this process had owed it."""
         self._edits.resume(self.threads.take_over(owed))
+
+    def share_budget(self, processes: int) -> None:
+        """Slack's edit budget is the workspace's: with `processes` live each spends its share."""
+        self._edits.share_budget(processes)
 
     @property
     def outbox_owed(self) -> int:
@@ -210,7 +213,7 @@ class SlackEdge:
         address = state.address
         if address is not None and address.quiet_reply is not None:
             state.unsent.clear()
-        if self.threads.outbox is None or address is None or address.thread_ts is None:
+        if address is None or address.thread_ts is None:
             return []
         posts = []
         for unsent in state.unsent:
@@ -246,7 +249,7 @@ class SlackEdge:
 
     async def repaint(self, orphans: list[ToolCall]) -> None:
         """At start: show calls a previous process left unfinished as 👻 on the status messages they were on."""
-        if not orphans or self._store is None:
+        if not orphans:
             return
         for place, calls in (await self._store.displays_of([call.id for call in orphans])).items():
             channel, _, ts = place.partition(":")
@@ -284,8 +287,8 @@ class SlackEdge:
         """A line in a thread that is no session's (`ThreadPosts.say`)."""
         return await self.threads.say(channel, thread_ts, text, blocks)
 
-    async def requesters(self, key: str, *, from_store: bool = False) -> set[str]:
-        return await self._sessions.requesters(key, from_store=from_store)
+    async def requesters(self, key: str) -> set[str]:
+        return await self._sessions.requesters(key)
 
     async def speaker(self, user: str) -> Speaker:
         return await self._sessions.speaker(user)
@@ -319,7 +322,7 @@ class SlackEdge:
 
     async def _post_status(self, key: str, message: StatusMessage) -> None:
         await self.board.post(message, lambda text, blocks, owed: self.threads.post(key, text, blocks, owed=owed))
-        if message.channel and message.ts and self._store is not None:
+        if message.channel and message.ts:
             # Remembered so that after a crash the calls it shows can be repainted as orphaned.
             place = f"{message.channel}:{message.ts}"
             await self._store.set_call_display([call.id for call in message.calls], place)

@@ -86,19 +86,21 @@ class SessionState:
 
 
 class Sessions:
-    """The edge's per-session state, least recently used forgotten first; `attach(store)` once the core is open."""
+    """The edge's per-session state, least recently used forgotten first."""
 
-    def __init__(self, client: AsyncWebClient, *, team_id: str = "") -> None:
+    def __init__(
+        self, client: AsyncWebClient, store: Store, *, team_id: str = "", requesters_from_store: bool = False
+    ) -> None:
+        """`requesters_from_store` (a cluster, where the turn may have started on another replica): who may
+        cancel is read from the store, see `requesters`."""
         self._client = client
         self._team_id = team_id
-        self._store: Store | None = None
+        self._store = store
+        self._requesters_from_store = requesters_from_store
         self._states: OrderedDict[str, SessionState] = OrderedDict()
         self._requests: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._profiles: dict[str, dict[str, Any]] = {}
         """users.info answers by user id: a person's time zone and the name the model knows them by."""
-
-    def attach(self, store: Store) -> None:
-        self._store = store
 
     def get(self, key: str) -> SessionState:
         """The session's state, created on first use; every use makes it the most recently used."""
@@ -130,7 +132,7 @@ class Sessions:
 
     async def address(self, key: str) -> Address | None:
         state = self.get(key)
-        if state.address is None and self._store is not None:
+        if state.address is None:
             record = await self._store.get_session(key)
             state.address = Address.parse(record.address, self._team_id) if record else None
         return state.address
@@ -138,8 +140,6 @@ class Sessions:
     async def open_thread(self, key: str, address: Address, ts: str) -> None:
         """The session's first post (top-level, at `ts`) is now its thread: replies there must reach it."""
         address.thread_ts = ts
-        if self._store is None:
-            return
         await self._store.update_address(key, {"thread_ts": ts})
         await self._store.add_alias(session_key(address.team, address.channel, ts), key)
 
@@ -162,12 +162,14 @@ class Sessions:
     def request_session(self, channel: str, ts: str) -> str | None:
         return self._requests.get((channel, ts))
 
-    async def requesters(self, key: str, *, from_store: bool = False) -> set[str]:
+    async def requesters(self, key: str) -> set[str]:
         """Who may cancel in this session as its requester: whoever started it and whoever started this turn.
 
-        `from_store` (a cluster, where the turn may have started on another replica) reads both from the
-        store: the session's requester, and the author of the oldest message still owed an answer."""
-        if from_store and self._store is not None:
+        Read from the store when the turn may have started on another replica (`requesters_from_store`): the
+        session's requester, and the author of the oldest message still owed an answer."""
+        # One of the four mode branches outside the seam: what this process remembers of a turn it did not
+        # start would be stale (an injection noted here is not a turn's start), so a replica asks the store.
+        if self._requesters_from_store:
             record = await self._store.get_session(key)
             started = next(iter(await self._store.session_inbox(key)), None)  # the row the running turn answers
             requester = record.address.get("requester") if record else None

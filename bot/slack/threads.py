@@ -28,29 +28,28 @@ log = logging.getLogger(__name__)
 
 
 class ThreadPosts:
-    """Posts and files in a session's thread; `attach(store)` once the core is open (posts are owed from then)."""
+    """Posts and files in a session's thread, owed in `store` until Slack has them."""
 
-    def __init__(self, client: AsyncWebClient, posts: PostQueue, sessions: Sessions, metrics: Metrics) -> None:
+    def __init__(
+        self, client: AsyncWebClient, posts: PostQueue, sessions: Sessions, metrics: Metrics, store: Store
+    ) -> None:
         self._client = client
         self._posts = posts
         self._sessions = sessions
         self._metrics = metrics
-        self.outbox: Outbox | None = None
-
-    def attach(self, store: Store) -> None:
-        self.outbox = Outbox(store, self._posts, self._client, metrics=self._metrics)
+        self.outbox = Outbox(store, posts, client, metrics=metrics)
 
     async def resume(self) -> list[OwedMessage]:
         """At start: deliver the posts a previous process owed; returns all it owed (its final edits too)."""
-        return await self.outbox.start() if self.outbox is not None else []
+        return await self.outbox.start()
 
     def take_over(self, owed: list[OwedMessage]) -> list[OwedMessage]:
         """Deliver the posts a gone replica owed, as if this process had owed them; returns all it owed."""
-        return self.outbox.take(owed) if self.outbox is not None else []
+        return self.outbox.take(owed)
 
     @property
     def owed(self) -> int:
-        return self.outbox.owed if self.outbox is not None else 0
+        return self.outbox.owed
 
     async def post(
         self,
@@ -77,7 +76,7 @@ class ThreadPosts:
             log.error("not posting an empty message in %s", key)
             return None
         post_id: int | None = None
-        if owed and self.outbox is not None:
+        if owed:
             post_id = await self.outbox.owe(key, address.channel, address.thread_ts, text, blocks)
         return await self._send(key, address, text, blocks, post_id)
 
@@ -92,9 +91,8 @@ class ThreadPosts:
 
     async def hand_over(self, key: str, post_ids: list[int]) -> None:
         """Posts a turn's last save owed: the outbox delivers them, once (an operation of the session's queue)."""
-        if self.outbox is not None:
-            for post_id in post_ids:
-                self.outbox.handed_over(key, post_id, tried=False)
+        for post_id in post_ids:
+            self.outbox.handed_over(key, post_id, tried=False)
 
     async def say(self, channel: str, thread_ts: str, text: str, blocks: list[Block] | None = None) -> str | None:
         """A line in a thread that is no session's (a refusal, a question to confirm), paced like every post;
@@ -121,9 +119,8 @@ class ThreadPosts:
 
     async def close(self, timeout_s: float) -> None:
         """Give the outbox `timeout_s` to deliver what it holds; what it still holds stays owed in the store."""
-        if self.outbox is not None:
-            await self.outbox.idle(timeout_s)
-            await self.outbox.close()
+        await self.outbox.idle(timeout_s)
+        await self.outbox.close()
 
     async def _send(
         self, key: str, address: Address, text: str, blocks: list[Block] | None, post_id: int | None
@@ -131,7 +128,7 @@ class ThreadPosts:
         """Post now, unless the session's owed posts wait in the outbox; an owed one (`post_id`) that does not
         land is the outbox's to deliver."""
         outbox = self.outbox
-        if outbox is not None and outbox.backlogged(key):
+        if outbox.backlogged(key):
             if post_id is not None:
                 outbox.handed_over(key, post_id, tried=False)
             return None
@@ -146,18 +143,18 @@ class ThreadPosts:
         except PostRejected as exc:
             self._metrics.inc("slack_errors_total")
             log.error("chat.postMessage in %s refused (%s); not posted", key, exc.error)
-            if post_id is not None and outbox is not None:
+            if post_id is not None:
                 await outbox.settle(post_id)
             return None
         except PostFailed as exc:
             self._metrics.inc("slack_errors_total")
-            if post_id is not None and outbox is not None:
+            if post_id is not None:
                 log.warning("chat.postMessage in %s: %s; the outbox will deliver it", key, exc)
                 outbox.handed_over(key, post_id, tried=True)
             else:
                 log.warning("chat.postMessage in %s: %s; its final state will be posted instead", key, exc)
             return None
-        if post_id is not None and outbox is not None:
+        if post_id is not None:
             await outbox.settle(post_id)
         self._metrics.inc("slack_posts_total")
         address.thinking = False  # Slack clears the status when the bot posts
