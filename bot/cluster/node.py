@@ -270,12 +270,10 @@ class ClusterNode:
         if asked and self._take_up_asked is not None:
             log.info("waiting here for %d approvals that gone replicas had asked for", len(asked))
             await self._take_up_asked(asked)
-        posts, reminder_posts = await store.adopt_owed()
+        posts = await store.adopt_owed()
         if posts and self._take_over is not None:
             log.info("delivering %d Slack posts and edits that gone replicas still owed", len(posts))
             self._take_over(posts)
-        if reminder_posts and self._scheduler is not None:
-            self._scheduler.take_over(reminder_posts)
         recovered = await self.jobs.recover_stalled()
         if recovered:
             log.warning("resuming %d threads whose turns stopped with their replica", len(recovered))

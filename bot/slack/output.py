@@ -11,9 +11,11 @@ opened by its first post) is kept in `Sessions`; how a heartbeat turn stays sile
 until it has something to say, in `QuietHold`.
 
 Posts go through the `PostQueue` (paced per channel). A message's last word (a
-notice, a reminder, a complete answer part, a final status) is owed: written to the
-store before it is tried and delivered by the `Outbox` if Slack does not take it
-now, after a restart included. What is still queued when a turn ends (its answer behind
+notice, a complete answer part, a final status) is owed: written to the store
+before it is tried and delivered by the `Outbox` if Slack does not take it now,
+after a restart included. A firing's lines (a due reminder, a missed one's notice)
+were owed by its claim: the edge tries them at once, in the session's order, and
+leaves the rest to the `Outbox` the same way. What is still queued when a turn ends (its answer behind
 a slow post, a notice) is handed to the turn's last save (`owed_posts`), which owes it
 in the transaction that marks the message answered; the queue then posts it by that
 row, as any owed post. Final edits are kept the same way by the `EditScheduler`'s journal.
@@ -21,7 +23,6 @@ row, as any owed post. Final edits are kept the same way by the `EditScheduler`'
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import time
@@ -34,18 +35,16 @@ from bot.calls.summary import arguments_text
 from bot.slack.askers import PolicyAskers
 from bot.slack.edits import EditScheduler
 from bot.slack.metrics import Metrics
-from bot.slack.outbox import Outbox, marker
+from bot.slack.outbox import Outbox, marker, target
 from bot.slack.posts import PostFailed, PostQueue, PostRejected
 from bot.slack.queues import Operation, SerialQueues
 from bot.slack.quiet import QuietHold
-from bot.slack.reminder_post import post_reminder
 from bot.slack.render import (
     Block,
     EmptyMessage,
     arguments_file,
     defuse,
     outcomes_block,
-    reminder_text,
     sendable,
     status_message,
     who,
@@ -56,7 +55,7 @@ from bot.slack.status import StatusBoard, StatusMessage
 from bot.slack.uploads import ANSWER_FILE, UPLOAD_OVER_CHARS, answer_comment, upload
 from bot.store import OwedMessage, Store
 from bot.toolcall import ToolCall
-from bot.types import OwedPost, ReminderOutcome, ReminderPost, Speaker, TurnOutcome
+from bot.types import OwedLine, OwedPost, Speaker, TurnOutcome
 from tools.base import SharedFile
 
 log = logging.getLogger(__name__)
@@ -98,7 +97,7 @@ class SlackEdge:
     def attach(self, store: Store) -> None:
         self._store = store
         self._sessions.attach(store)
-        self._outbox = Outbox(store, self._posts, self._client, metrics=self._metrics)
+        self._outbox = Outbox(store, self._posts, self._client, self._sessions, metrics=self._metrics)
 
     async def resume(self) -> None:
         """At start: deliver what a previous process owed Slack (posts through the outbox, final edits queued)."""
@@ -152,47 +151,13 @@ class SlackEdge:
         """The engine's line may quote the model or a tool (an error message): its mentions are made inert."""
         self._notice(session_key, defuse(text))
 
-    async def reminder(self, post: ReminderPost) -> ReminderOutcome:
-        """Mentions whoever asked for it (else the session's latest speaker, for rows stored without one).
-
-        Queued behind the session's other posts, but not held with a quiet turn: a reminder is due
-        now, whatever that turn ends up saying. Marked so that a retry never posts it twice
-        (bot/slack/reminder_post.py).
-        """
-        key = post.session_key
-        landed: asyncio.Future[ReminderOutcome] = asyncio.get_running_loop().create_future()
-
-        async def deliver() -> ReminderOutcome:
-            address = await self._sessions.address(key)
-            if address is None:
-                log.warning("no Slack address for session %s; reminder %d cannot be posted", key, post.reminder_id)
-                return ReminderOutcome.UNDELIVERABLE
-            text = reminder_text(post.text, post.requester or await self._sessions.asker(key))
-            outcome, ts = await post_reminder(
-                self._client, self._posts, channel=address.channel, thread_ts=address.thread_ts, text=text, post=post
-            )
-            if outcome is not ReminderOutcome.POSTED:
-                self._metrics.inc("slack_errors_total")
-            if ts is not None:
-                self._metrics.inc("slack_posts_total")
-                address.thinking = False  # Slack clears the status when the bot posts
-                if address.thread_ts is None:
-                    await self._sessions.open_thread(key, address, ts)
-            return outcome
-
-        async def settle() -> None:
-            if landed.done():
-                return  # the scheduler stopped waiting: the post is still owed, and retried later
-            try:
-                landed.set_result(await deliver())
-            except asyncio.CancelledError:
-                landed.cancel()
-                raise
-            except Exception as exc:
-                landed.set_exception(exc)
-
-        self._put(key, settle, holdable=False)
-        return await landed
+    def lines_owed(self, lines: list[tuple[int, OwedLine]]) -> bool:
+        """Tried at once, behind the session's other posts but not held with a quiet turn (a reminder is
+        due now, whatever that turn ends up saying); what does not land is the outbox's, as any owed post."""
+        for key in dict.fromkeys(line.session_key for _, line in lines):
+            mine = [(line_id, line) for line_id, line in lines if line.session_key == key]
+            self._put(key, functools.partial(self._send_lines, key, mine), holdable=False)
+        return False
 
     def file_shared(self, session_key: str, file: SharedFile) -> None:
         name = defuse(file.name)  # the tool (or the model) chose it: its mentions are made inert
@@ -436,6 +401,19 @@ class SlackEdge:
                 await self._hand_over(key, [post_id])
             else:
                 await self._send(key, address, post.text, post.blocks, post_id)
+
+    async def _send_lines(self, key: str, lines: list[tuple[int, OwedLine]]) -> None:
+        """A firing's lines, rendered for the session as the outbox renders them, posted as any owed post."""
+        for line_id, line in lines:
+            message = OwedMessage(line_id, key, None, None, None, line.text, None, line)
+            post = await target(self._sessions, message)
+            address = await self._sessions.address(key)
+            if post is None or address is None:
+                log.error("a line owed to %s can never be posted in Slack; dropping it", key)
+                if self._outbox is not None:
+                    await self._outbox.settle(line_id)
+                continue
+            await self._send(key, address, post.text, post.blocks, line_id)
 
     async def _hand_over(self, key: str, post_ids: list[int]) -> None:
         """Posts a turn's last save owed (`owed_posts`): the outbox delivers them, once."""

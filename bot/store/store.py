@@ -28,7 +28,6 @@ from bot.store.forgetting import ForgetQueries
 from bot.store.inbox import InboxQueries, mark_answered, mark_stored
 from bot.store.outbox import OutboxQueries, owe_posts
 from bot.store.processes import ProcessQueries
-from bot.store.reminder_posts import ReminderPostQueries
 from bot.store.reminders import ReminderQueries
 from bot.store.schema import dumps, ts
 from bot.store.usage import UsageQueries
@@ -64,14 +63,13 @@ class Store(
     CallQueries,
     ProcessQueries,
     ReminderQueries,
-    ReminderPostQueries,
     InboxQueries,
     OutboxQueries,
     UsageQueries,
     ForgetQueries,
     ABC,
 ):
-    """Sessions, their messages and seen events; tool calls and their processes, reminders and their posts,
+    """Sessions, their messages and seen events; tool calls and their processes, reminders,
     the inbox, the Slack outbox and token usage come from mixins.
 
     `replica` names the process writing (cluster mode) and is recorded with each call it saves; None with SQLite.
