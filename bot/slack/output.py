@@ -407,13 +407,12 @@ class SlackEdge:
         for line_id, line in lines:
             message = OwedMessage(line_id, key, None, None, None, line.text, None, line)
             post = await target(self._sessions, message)
-            address = await self._sessions.address(key)
-            if post is None or address is None:
+            if post is None or post.address is None:
                 log.error("a line owed to %s can never be posted in Slack; dropping it", key)
                 if self._outbox is not None:
                     await self._outbox.settle(line_id)
                 continue
-            await self._send(key, address, post.text, post.blocks, line_id)
+            await self._send(key, post.address, post.text, post.blocks, line_id)
 
     async def _hand_over(self, key: str, post_ids: list[int]) -> None:
         """Posts a turn's last save owed (`owed_posts`): the outbox delivers them, once."""
