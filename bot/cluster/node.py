@@ -12,7 +12,7 @@ Every heartbeat each replica tries to reap: a replica whose lease ran out is cla
 one live replica, which marks its open calls orphaned (the edge repaints them 👻) and offers
 their threads; procrastinate jobs left `doing` by its worker are failed and offered again, so
 the thread's next turn runs here or elsewhere and resumes from the stored history. What a dead
-or stopped replica still owed Slack (posts, final edits, reminder posts) is adopted by one
+or stopped replica still owed Slack (its outbox: posts, reminders, final edits) is adopted by one
 live replica and delivered from there. Nothing the
 dead replica was running is run twice: its calls end orphaned, and the store's fence refuses
 any write it might still attempt.
