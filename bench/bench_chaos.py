@@ -1,7 +1,8 @@
 """Chaos soak: one daemon as a process, killed with SIGKILL at random moments while Slack throttles and fails.
 
 Run: `.venv/bin/python bench/bench_chaos.py [--seconds 120] [--seed 1] [--threads 20] [--rate 1.0]`
-(the default takes about three minutes). One seed gives one schedule of messages, kills and storms.
+(the default takes about three minutes). The seed draws the messages, kills and storms; where they land
+depends on how fast the daemon answers, so two runs of one seed give close figures, not the same ones.
 
 What it does, against the fakes in tests/fakes/ (a real `python -m bot run`, tests/daemon_rig.py's `Daemon`):
 - messages at about `--rate` a second over `--threads` threads, each thread one message at a time (the next
