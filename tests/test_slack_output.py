@@ -216,6 +216,31 @@ async def test_a_reminder_slack_refuses_is_dropped_and_one_it_cannot_check_is_re
     assert [post.text for post in rig.posts()] == ["<@U1> ⏰ again", "<@U1> ⏰ once more"]
 
 
+@pytest.mark.parametrize("by", ["edge", "outbox"])
+async def test_a_reminder_in_a_session_with_no_thread_yet_opens_it(rig: Rig, by: str) -> None:
+    """A heartbeat session has no thread until it says something: a reminder due there is its first post,
+    whether the edge posts it at once or the outbox delivers it (after a restart, say)."""
+    key = "heartbeat:C9"
+    await rig.store.ensure_session(key, {"edge": "slack", "channel": "C9", "thread_ts": None})
+    reminder = await rig.store.add_reminder(NewReminder(key, ReminderKind.REMINDER, "water the plants", utcnow()))
+    claimed = await rig.store.claim_reminder(
+        reminder.id, due_at=reminder.due_at, outcome=ReminderStatus.FIRED, owed=reminder.text
+    )
+    assert claimed is not None
+    if by == "edge":
+        rig.edge.lines_owed(list(claimed.owed_lines))
+    else:
+        rig.edge.take_over(await rig.store.owed_messages())
+        assert rig.edge.outbox is not None and await rig.edge.outbox.idle(WAIT_S)
+    rig.edge.notice(key, "and in its thread")
+    await rig.settle()
+    top, then = rig.slack.messages("C9")
+    assert (top.text, top.thread_ts) == ("⏰ water the plants", None)
+    assert (then.text, then.thread_ts) == ("and in its thread", top.ts)
+    session = await rig.store.get_session(key)
+    assert session is not None and session.address["thread_ts"] == top.ts
+
+
 async def test_a_heartbeat_says_nothing_when_all_is_well_and_opens_a_thread_otherwise(rig: Rig) -> None:
     key = "heartbeat:C9"
     address = {"edge": "slack", "channel": "C9", "thread_ts": None, "quiet_reply": "HEARTBEAT_OK"}
