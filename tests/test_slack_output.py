@@ -216,6 +216,20 @@ async def test_a_reminder_slack_refuses_is_dropped_and_one_it_cannot_check_is_re
     assert [post.text for post in rig.posts()] == ["<@U1> ⏰ again", "<@U1> ⏰ once more"]
 
 
+async def test_a_post_the_edge_is_sending_is_not_taken_up_by_the_outbox_as_well(rig: Rig) -> None:
+    """At a start the outbox reads what is owed while the scheduler may already fire: a reminder the edge is
+    posting at that moment is still the edge's, and lands once."""
+    release = rig.slack.hold("chat.postMessage")
+    rig.edge.lines_owed(await owed_reminder(rig, "stretch"))
+    await rig.slack.wait_for(lambda: rig.slack.pending, WAIT_S, "the edge's post in flight")
+    rig.edge.take_over(await rig.store.owed_messages())
+    assert rig.edge.outbox is not None and rig.edge.outbox.owed == 0, "the post in flight is still the edge's"
+    release.set()
+    await rig.settle()
+    assert [post.text for post in rig.posts()] == ["<@U1> ⏰ stretch"]
+    assert await rig.store.owed_messages() == []
+
+
 @pytest.mark.parametrize("by", ["edge", "outbox"])
 async def test_a_reminder_in_a_session_with_no_thread_yet_opens_it(rig: Rig, by: str) -> None:
     """A heartbeat session has no thread until it says something: a reminder due there is its first post,

@@ -36,7 +36,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,6 +118,7 @@ class Outbox:
         self._clock = clock
         self._backlog: dict[str, set[int]] = {}  # session -> its owed posts this worker must deliver
         self._maybe_landed: set[int] = set()  # tried before: check the thread before posting again
+        self._sending: set[int] = set()  # being posted by the edge right now: not this worker's
         self._attempts: dict[int, int] = {}
         self._not_before = 0.0
         self._wake = asyncio.Event()
@@ -139,16 +140,27 @@ class Outbox:
         return self.take(await self._store.owed_messages())
 
     def take(self, owed: list[OwedMessage]) -> list[OwedMessage]:
-        """Deliver these owed posts (a previous process's, or a gone replica's); returns them all."""
-        for message in owed:
-            if message.is_post:
-                self._backlog.setdefault(message.session_key, set()).add(message.id)
-                self._maybe_landed.add(message.id)
-                self._empty.clear()
-        if any(message.is_post for message in owed):
-            log.info("delivering %d posts owed by an earlier process", sum(m.is_post for m in owed))
+        """Deliver these owed posts (a previous process's, or a gone replica's); returns them all.
+
+        Not those the edge is posting itself right now (`sending`): they are handed over if they fail."""
+        posts = [message for message in owed if message.is_post and message.id not in self._sending]
+        for message in posts:
+            self._backlog.setdefault(message.session_key, set()).add(message.id)
+            self._maybe_landed.add(message.id)
+            self._empty.clear()
+        if posts:
+            log.info("delivering %d posts owed by an earlier process", len(posts))
         self._running()
         return owed
+
+    @contextlib.contextmanager
+    def sending(self, post_id: int) -> Iterator[None]:
+        """While the edge posts an owed post itself: `take` leaves it alone, so it is never posted twice at once."""
+        self._sending.add(post_id)
+        try:
+            yield
+        finally:
+            self._sending.discard(post_id)
 
     async def owe(
         self,

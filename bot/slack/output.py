@@ -23,6 +23,7 @@ row, as any owed post. Final edits are kept the same way by the `EditScheduler`'
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
@@ -254,30 +255,33 @@ class SlackEdge:
             if post_id is not None:
                 outbox.handed_over(key, post_id, tried=False)
             return None
-        try:
-            ts = await self._posts.post(
-                channel=address.channel,
-                thread_ts=address.thread_ts,
-                text=text,
-                blocks=blocks,
-                metadata=marker(post_id) if post_id is not None else None,
-            )
-        except PostRejected as exc:
-            self._metrics.inc("slack_errors_total")
-            log.error("chat.postMessage in %s refused (%s); not posted", key, exc.error)
+        # An owed post being tried here is not the outbox's to take up (a start reads what is owed while the
+        # scheduler may already be firing): it becomes the outbox's only when it is handed over.
+        with outbox.sending(post_id) if outbox is not None and post_id is not None else contextlib.nullcontext():
+            try:
+                ts = await self._posts.post(
+                    channel=address.channel,
+                    thread_ts=address.thread_ts,
+                    text=text,
+                    blocks=blocks,
+                    metadata=marker(post_id) if post_id is not None else None,
+                )
+            except PostRejected as exc:
+                self._metrics.inc("slack_errors_total")
+                log.error("chat.postMessage in %s refused (%s); not posted", key, exc.error)
+                if post_id is not None and outbox is not None:
+                    await outbox.settle(post_id)
+                return None
+            except PostFailed as exc:
+                self._metrics.inc("slack_errors_total")
+                if post_id is not None and outbox is not None:
+                    log.warning("chat.postMessage in %s: %s; the outbox will deliver it", key, exc)
+                    outbox.handed_over(key, post_id, tried=True)
+                else:
+                    log.warning("chat.postMessage in %s: %s; its final state will be posted instead", key, exc)
+                return None
             if post_id is not None and outbox is not None:
                 await outbox.settle(post_id)
-            return None
-        except PostFailed as exc:
-            self._metrics.inc("slack_errors_total")
-            if post_id is not None and outbox is not None:
-                log.warning("chat.postMessage in %s: %s; the outbox will deliver it", key, exc)
-                outbox.handed_over(key, post_id, tried=True)
-            else:
-                log.warning("chat.postMessage in %s: %s; its final state will be posted instead", key, exc)
-            return None
-        if post_id is not None and outbox is not None:
-            await outbox.settle(post_id)
         self._metrics.inc("slack_posts_total")
         address.thinking = False  # Slack clears the status when the bot posts
         if address.thread_ts is None:
