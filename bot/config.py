@@ -178,7 +178,6 @@ class Settings(BaseSettings):
     bot_status_wait_max_s: float = Field(300, gt=0)
     bot_max_wait_s: float = Field(30 * 86400, gt=0)
     bot_max_lateness_s: float = Field(6 * 3600, gt=0)
-    bot_reminder_retry_s: float = Field(3600, gt=0)
     bot_heartbeat_interval_s: float = Field(1800, ge=0)
     bot_heartbeat_channel: str | None = None
     bot_heartbeat_active_hours: Annotated[ActiveHours | None, NoDecode] = None

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -136,36 +135,31 @@ class OwedPost:
     blocks: list[dict[str, JSON]] | None = None
 
 
+class LineKind(StrEnum):
+    """How an edge shows a line the engine owes a session."""
+
+    REMINDER = "reminder"
+    """A reminder's own words, for the person who asked: the edge adds the mention that pings them."""
+    NOTICE = "notice"
+    """The engine's word about its schedule (a missed reminder, a refused wait, a cron that ends)."""
+
+
 @dataclass(frozen=True, slots=True)
-class ReminderPost:
-    """A reminder run the scheduler owes a thread: one `(reminder_id, due_at)`, posted once.
+class OwedLine:
+    """A line the engine owes a session, decided by a firing and owed in the store by the transaction that
+    claims it (the outbox, bot/store/outbox.py): what to say, not where. The edge finds the session's
+    address and renders it when it delivers, so the engine needs to know nothing of Slack."""
 
-    `recheck` says the post may already be there (a retry, or a restart after a claim): the edge
-    looks for it (by the mark it puts on every reminder post) before posting again.
-    """
-
-    reminder_id: int
-    due_at: datetime
     session_key: str
+    kind: LineKind
     text: str
-    requester: str | None
-    claimed_at: datetime
-    recheck: bool = False
-
-
-class ReminderOutcome(StrEnum):
-    POSTED = "posted"
-    """Confirmed in the thread (just now, or found there from an earlier attempt)."""
-    RETRY = "retry"
-    """Not confirmed (Slack down, rate limited, no answer): try again later."""
-    UNDELIVERABLE = "undeliverable"
-    """It never will be (the channel is gone, the bot was removed): stop trying."""
+    requester: str | None = None
+    """Whom a reminder is for; None for rows stored without one (the edge then names the latest speaker)."""
 
 
 class EngineOutput(Protocol):
     """Everything the engine tells an edge. Calls are synchronous and must not block:
-    an edge that does I/O queues it, so a slow Slack never slows the turn loop.
-    `reminder` alone is awaited, by the scheduler, which must know that the post landed."""
+    an edge that does I/O queues it, so a slow Slack never slows the turn loop."""
 
     def turn_started(self, session_key: str) -> None: ...
 
@@ -183,11 +177,10 @@ class EngineOutput(Protocol):
     def notice(self, session_key: str, text: str) -> None:
         """A short line for the people in the session: an error, a cut-off answer."""
 
-    async def reminder(self, post: ReminderPost) -> ReminderOutcome:
-        """Post a due reminder (no model call), mentioning `post.requester`, and say whether it landed.
-
-        The one awaitable report: the scheduler retries until the edge confirms, so an edge that
-        cannot be sure must answer RETRY rather than POSTED.
+    def lines_owed(self, lines: list[tuple[int, OwedLine]]) -> bool:
+        """Lines a firing owed in the store (a due reminder, a missed one's notice), with their outbox ids,
+        in order. True when they are shown already (a terminal prints them), so the store's debt is settled
+        at once; False when the edge delivers and settles them itself, however long it takes (Slack's outbox).
         """
 
     def file_shared(self, session_key: str, file: SharedFile) -> None:

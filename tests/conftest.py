@@ -27,7 +27,7 @@ from bot.model.anthropic import AnthropicProvider
 from bot.slack.client import SlackClient
 from bot.store import Store
 from bot.toolcall import CallStatus, ToolCall
-from bot.types import EngineOutput, OwedPost, ReminderOutcome, ReminderPost, TurnOutcome
+from bot.types import EngineOutput, LineKind, OwedLine, OwedPost, TurnOutcome
 from tools.base import SharedFile
 
 __all__ = ["any_store", "pg_dsn", "pg_jobs_dsn", "store_backend", "store_opener"]  # the back-end fixtures
@@ -178,10 +178,15 @@ class RecordingOutput:
         self.notices.append((session_key, text))
         self._record("notice", session_key, text)
 
-    async def reminder(self, post: ReminderPost) -> ReminderOutcome:
-        self.reminders.append((post.session_key, post.text))
-        self._record("reminder", post.session_key, post.text)
-        return ReminderOutcome.POSTED
+    def lines_owed(self, lines: list[tuple[int, OwedLine]]) -> bool:
+        """Recorded is shown: reminders in `reminders`, a firing's notices in `notices`."""
+        for _, line in lines:
+            if line.kind is LineKind.REMINDER:
+                self.reminders.append((line.session_key, line.text))
+                self._record("reminder", line.session_key, line.text)
+            else:
+                self.notice(line.session_key, line.text)
+        return True
 
     def file_shared(self, session_key: str, file: SharedFile) -> None:
         self.files.append((session_key, file))

@@ -26,7 +26,8 @@ from bot.slack.files import RESTARTED_WHILE_READING
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.asyncio(loop_scope="module")]
 
-REMINDER_EVENT = "threadbot_reminder"
+OWED_POST_EVENT = "threadbot_post"
+"""The mark on every post the outbox owes; a reminder's is the one that also carries the ⏰."""
 WORDS = json.dumps({"words": 3})
 
 
@@ -52,12 +53,12 @@ def texts_with(slack: FakeSlack, channel: str, thread_ts: str, needle: str) -> l
     return [m for m in bot_posts(slack, channel, thread_ts) if needle in m.text]
 
 
+def is_reminder(text: str | None, metadata: dict[str, object] | None) -> bool:
+    return "⏰" in (text or "") and (metadata or {}).get("event_type") == OWED_POST_EVENT
+
+
 def reminder_posts(slack: FakeSlack, channel: str, thread_ts: str) -> list[StoredMessage]:
-    return [
-        m
-        for m in bot_posts(slack, channel, thread_ts)
-        if (m.extra.get("metadata") or {}).get("event_type") == REMINDER_EVENT
-    ]
+    return [m for m in bot_posts(slack, channel, thread_ts) if is_reminder(m.text, m.extra.get("metadata"))]
 
 
 async def finish(world: World) -> None:
@@ -220,7 +221,7 @@ async def wait_reminder_attempt(slack: FakeSlack, *, answered: bool) -> None:
     def attempted() -> bool:
         calls = slack.calls if answered else slack.pending
         return any(
-            c.method == "chat.postMessage" and (c.params.get("metadata") or {}).get("event_type") == REMINDER_EVENT
+            c.method == "chat.postMessage" and is_reminder(c.params.get("text"), c.params.get("metadata"))
             for c in calls
         )
 

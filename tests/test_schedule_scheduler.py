@@ -21,7 +21,7 @@ from schedule_support import FakeClock, FakeWaker, Fires, texts
 from bot.clock import utcnow
 from bot.schedule import Scheduler
 from bot.store import ReminderKind, ReminderStatus, SqliteStore, Store
-from bot.types import ReminderOutcome, ReminderPost
+from bot.types import OwedLine
 
 KEY, OTHER = "test:sched", "test:other"
 HOUR = 3600.0
@@ -227,10 +227,10 @@ async def test_a_missed_cron_run_is_reported_and_the_next_one_kept(make: Factory
 
 
 class ExplodingOutput(RecordingOutput):
-    async def reminder(self, post: ReminderPost) -> ReminderOutcome:
-        if post.text == "boom":
+    def lines_owed(self, lines: list[tuple[int, OwedLine]]) -> bool:
+        if any(line.text == "boom" for _, line in lines):
             raise RuntimeError("the edge fell over")
-        return await super().reminder(post)
+        return super().lines_owed(lines)
 
 
 async def test_a_job_raising_does_not_stop_later_jobs(make: Factory, caplog: pytest.LogCaptureFixture) -> None:
@@ -251,7 +251,7 @@ async def test_a_job_raising_does_not_stop_later_jobs(make: Factory, caplog: pyt
     await asyncio.wait_for(ticked.wait(), 5)
     assert exploding.reminders == [(KEY, "still here")]
     failures = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
-    assert any(failure.startswith(f"posting reminder {bad} ") for failure in failures)
+    assert any(failure.startswith(f"handing reminder {bad} over failed") for failure in failures)
     assert "scheduled job bad-tick failed" in failures
     assert scheduler.next_run_time("bad-tick") is not None  # the interval job lives on
 
@@ -387,8 +387,9 @@ async def test_a_stored_cron_that_no_longer_parses_fires_once_and_says_why(
 
 
 async def test_a_post_the_edge_fails_stays_owed_and_is_retried(make: Factory, store: Store) -> None:
+    """The claim owed the post before the edge was told: an edge that falls over leaves it in the outbox."""
     exploding = ExplodingOutput()
     scheduler = make(out=exploding)
     rid = await add(scheduler, "boom", utcnow())
     await scheduler.fire(rid)
-    assert [(p.reminder_id, p.text) for p in await store.owed_reminder_posts()] == [(rid, "boom")]
+    assert [m.line.text for m in await store.owed_messages() if m.line is not None] == ["boom"]

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +14,11 @@ from fakes.slack_api import FakeSlack, StoredMessage
 from bot.clock import utcnow
 from bot.slack.client import SlackClient
 from bot.slack.edits import EditScheduler
+from bot.slack.outbox import marker
 from bot.slack.output import SlackEdge
-from bot.store import SqliteStore, Store
+from bot.store import NewReminder, ReminderKind, ReminderStatus, SqliteStore, Store
 from bot.toolcall import CallStatus, ProgressKind, ToolCall
-from bot.types import ReminderOutcome, ReminderPost, TurnOutcome
+from bot.types import LineKind, OwedLine, TurnOutcome
 
 KEY = "slack:T1:C1:100.000000"
 WAIT_S = 5.0
@@ -152,43 +152,105 @@ async def test_thinking_is_cleared_when_a_turn_ends_without_a_post(rig: Rig) -> 
     assert rig.posts() == []
 
 
-def reminder_post(text: str, *, recheck: bool = False, requester: str | None = None) -> ReminderPost:
-    return ReminderPost(7, datetime(2026, 5, 1, 9, tzinfo=UTC), KEY, text, requester, utcnow(), recheck)
+async def owed_reminder(rig: Rig, text: str, *, requester: str | None = "U1") -> list[tuple[int, OwedLine]]:
+    """A reminder claimed in the store, which owes its post in the claim: what the scheduler hands the edge."""
+    item = NewReminder(KEY, ReminderKind.REMINDER, text, utcnow(), requester=requester)
+    reminder = await rig.store.add_reminder(item)
+    claimed = await rig.store.claim_reminder(
+        reminder.id, due_at=reminder.due_at, outcome=ReminderStatus.FIRED, owed=text
+    )
+    assert claimed is not None
+    return list(claimed.owed_lines)
 
 
 async def test_reminders_and_notices_go_into_the_thread(rig: Rig) -> None:
-    assert await rig.edge.reminder(reminder_post("stand-up in 5 minutes")) is ReminderOutcome.POSTED
+    lines = await owed_reminder(rig, "stand-up in 5 minutes")
+    assert rig.edge.lines_owed(lines) is False, "the edge settles what it owes once Slack has it"
     rig.edge.notice(KEY, "⚠️ Model error: overloaded")
     await rig.settle()
     assert [post.text for post in rig.posts()] == ["<@U1> ⏰ stand-up in 5 minutes", "⚠️ Model error: overloaded"]
-    reminder = rig.posts()[0]
-    assert reminder.extra["metadata"] == {
-        "event_type": "threadbot_reminder",
-        "event_payload": {"reminder_id": 7, "due_at": "2026-05-01T09:00:00+00:00"},
-    }
+    [(line_id, line)] = lines
+    assert line.kind is LineKind.REMINDER
+    assert rig.posts()[0].extra["metadata"] == marker(line_id)
+    assert await rig.store.owed_messages() == []
 
 
 async def test_a_reminder_found_in_the_thread_is_not_posted_again(rig: Rig) -> None:
     """After a 500 that Slack answered once it had stored the post, or a kill before it was confirmed."""
-    assert await rig.edge.reminder(reminder_post("stretch")) is ReminderOutcome.POSTED
-    assert await rig.edge.reminder(reminder_post("stretch", recheck=True)) is ReminderOutcome.POSTED
-    other_run = replace(reminder_post("stretch", recheck=True), due_at=datetime(2026, 5, 2, 9, tzinfo=UTC))
-    assert await rig.edge.reminder(other_run) is ReminderOutcome.POSTED
+    [(landed, _)] = await owed_reminder(rig, "stretch")
+    [(owed, _)] = await owed_reminder(rig, "stretch")
+    client = SlackClient(token="xoxb-test", base_url=rig.slack.api_url)
+    await client.chat_postMessage(channel="C1", thread_ts=rig.root, text="<@U1> ⏰ stretch", metadata=marker(landed))
+    outbox = rig.edge.threads.outbox
+    assert outbox is not None
+    rig.edge.take_over(await rig.store.owed_messages())  # as a restart (or a replica taking over) finds them
+    assert await outbox.idle(WAIT_S)
     assert [post.text for post in rig.posts()] == ["<@U1> ⏰ stretch", "<@U1> ⏰ stretch"]
+    assert [post.extra["metadata"] for post in rig.posts()] == [marker(landed), marker(owed)]
+    assert outbox.duplicates_avoided == 1
     replies = [c for c in rig.slack.calls_to("conversations.replies") if c.params.get("include_all_metadata")]
     assert len(replies) == 2
+    assert await rig.store.owed_messages() == []
 
 
-async def test_a_reminder_slack_refuses_says_retry_or_give_up(rig: Rig) -> None:
+async def test_a_reminder_slack_refuses_is_dropped_and_one_it_cannot_check_is_retried(rig: Rig) -> None:
     rig.slack.fail("chat.postMessage", status=200, error="channel_not_found")
-    assert await rig.edge.reminder(reminder_post("again")) is ReminderOutcome.UNDELIVERABLE
+    rig.edge.lines_owed(await owed_reminder(rig, "never"))
+    await rig.settle()
+    assert rig.posts() == [] and await rig.store.owed_messages() == []
+    # A post that may have landed is checked for first; a thread Slack will not show now is checked again later.
     rig.slack.fail("conversations.replies", status=429, retry_after=1)
-    assert await rig.edge.reminder(reminder_post("again", recheck=True)) is ReminderOutcome.RETRY
-    assert rig.posts() == []
+    await owed_reminder(rig, "again")
+    rig.edge.take_over(await rig.store.owed_messages())
+    outbox = rig.edge.threads.outbox
+    assert outbox is not None
+    assert await outbox.idle(WAIT_S)
+    assert [post.text for post in rig.posts()] == ["<@U1> ⏰ again"]
+    assert len([c for c in rig.slack.calls_to("conversations.replies") if c.status == 429]) == 1
     # A 500 is retried by the channel's post queue itself, within its own bound: the reminder lands once.
     rig.slack.fail("chat.postMessage", status=500)
-    assert await rig.edge.reminder(reminder_post("again")) is ReminderOutcome.POSTED
-    assert [post.text for post in rig.posts()] == ["<@U1> ⏰ again"]
+    rig.edge.lines_owed(await owed_reminder(rig, "once more"))
+    await rig.settle()
+    assert [post.text for post in rig.posts()] == ["<@U1> ⏰ again", "<@U1> ⏰ once more"]
+
+
+async def test_a_post_the_edge_is_sending_is_not_taken_up_by_the_outbox_as_well(rig: Rig) -> None:
+    """At a start the outbox reads what is owed while the scheduler may already fire: a reminder the edge is
+    posting at that moment is still the edge's, and lands once."""
+    release = rig.slack.hold("chat.postMessage")
+    rig.edge.lines_owed(await owed_reminder(rig, "stretch"))
+    await rig.slack.wait_for(lambda: rig.slack.pending, WAIT_S, "the edge's post in flight")
+    rig.edge.take_over(await rig.store.owed_messages())
+    assert rig.edge.threads.outbox.owed == 0, "the post in flight is still the edge's"
+    release.set()
+    await rig.settle()
+    assert [post.text for post in rig.posts()] == ["<@U1> ⏰ stretch"]
+    assert await rig.store.owed_messages() == []
+
+
+@pytest.mark.parametrize("by", ["edge", "outbox"])
+async def test_a_reminder_in_a_session_with_no_thread_yet_opens_it(rig: Rig, by: str) -> None:
+    """A heartbeat session has no thread until it says something: a reminder due there is its first post,
+    whether the edge posts it at once or the outbox delivers it (after a restart, say)."""
+    key = "heartbeat:C9"
+    await rig.store.ensure_session(key, {"edge": "slack", "channel": "C9", "thread_ts": None})
+    reminder = await rig.store.add_reminder(NewReminder(key, ReminderKind.REMINDER, "water the plants", utcnow()))
+    claimed = await rig.store.claim_reminder(
+        reminder.id, due_at=reminder.due_at, outcome=ReminderStatus.FIRED, owed=reminder.text
+    )
+    assert claimed is not None
+    if by == "edge":
+        rig.edge.lines_owed(list(claimed.owed_lines))
+    else:
+        rig.edge.take_over(await rig.store.owed_messages())
+        assert await rig.edge.threads.outbox.idle(WAIT_S)
+    rig.edge.notice(key, "and in its thread")
+    await rig.settle()
+    top, then = rig.slack.messages("C9")
+    assert (top.text, top.thread_ts) == ("⏰ water the plants", None)
+    assert (then.text, then.thread_ts) == ("and in its thread", top.ts)
+    session = await rig.store.get_session(key)
+    assert session is not None and session.address["thread_ts"] == top.ts
 
 
 async def test_a_heartbeat_says_nothing_when_all_is_well_and_opens_a_thread_otherwise(rig: Rig) -> None:
@@ -379,7 +441,7 @@ async def test_mentions_in_model_text_tool_output_and_reminders_notify_nobody(ri
     call.error = f"exit 1: {BROADCASTS}"
     rig.edge.call_changed(call)
     rig.edge.notice(KEY, f"⚠️ Tool error: {BROADCASTS}")
-    assert await rig.edge.reminder(reminder_post(f"stand-up {BROADCASTS}")) is ReminderOutcome.POSTED
+    rig.edge.lines_owed(await owed_reminder(rig, f"stand-up {BROADCASTS}"))
     rig.edge.turn_finished(TurnOutcome(KEY, text="", cancelled_by="U1"))
     await rig.settle()
 

@@ -114,6 +114,45 @@ async def test_a_version_4_file_gains_the_replica_column_and_keeps_its_calls(
     assert read_sql(db_path, "PRAGMA user_version") == [(len(schema.MIGRATIONS),)]
 
 
+async def test_a_version_6_file_moves_its_owed_reminder_posts_into_the_outbox(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One outbox: what the old reminder-post table still owed is owed there, and no post id is ever reused
+    (a new post with a settled one's id would carry its Slack marker, and be taken for it)."""
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:6])
+    old = await SqliteStore.open(db_path)
+    await old.ensure_session(KEY, {"edge": "slack", "channel": "C1", "thread_ts": "1.0"})
+    for text in ("kept", "settled"):
+        await old.owe_post(KEY, "C1", "1.0", text)
+    await old.settle_post(2)
+    monkeypatch.undo()
+    await old.close()
+    conn = sqlite3.connect(db_path)
+    due = "2024-01-01T00:00:00.000000+00:00"
+    for rid, state in ((1, "owed"), (2, "posted")):
+        conn.execute(
+            "INSERT INTO reminders (id, session_key, kind, text, requester, due_at, status, created_at)"
+            " VALUES (?, ?, 'reminder', ?, 'U1', ?, 'fired', ?)",
+            (rid, KEY, f"stretch {rid}", due, due),
+        )
+        conn.execute(
+            "INSERT INTO reminder_posts (reminder_id, due_at, text, claimed_at, state) VALUES (?, ?, ?, ?, ?)",
+            (rid, due, f"stretch {rid}", due, state),
+        )
+    conn.commit()
+    conn.close()
+    store = await SqliteStore.open(db_path)
+    try:
+        owed = await store.owed_messages()
+        assert [(m.id, m.text, m.channel) for m in owed] == [(1, "kept", "C1"), (3, "stretch 1", None)]
+        assert owed[1].line is not None and owed[1].line.requester == "U1"
+        assert await store.owe_post(KEY, "C1", "1.0", "new") == 4
+    finally:
+        await store.close()
+    assert read_sql(db_path, "SELECT name FROM sqlite_master WHERE name = 'reminder_posts'") == []
+    assert read_sql(db_path, "PRAGMA user_version") == [(len(schema.MIGRATIONS),)]
+
+
 async def test_reopening_does_not_rerun_migrations(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     await (await SqliteStore.open(db_path)).close()
     extra = "CREATE TABLE IF NOT EXISTS runs (n INTEGER); INSERT INTO runs VALUES (1);"

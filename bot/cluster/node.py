@@ -12,7 +12,7 @@ Every heartbeat each replica tries to reap: a replica whose lease ran out is cla
 one live replica, which marks its open calls orphaned (the edge repaints them 👻) and offers
 their threads; procrastinate jobs left `doing` by its worker are failed and offered again, so
 the thread's next turn runs here or elsewhere and resumes from the stored history. What a dead
-or stopped replica still owed Slack (posts, final edits, reminder posts) is adopted by one
+or stopped replica still owed Slack (its outbox: posts, reminders, final edits) is adopted by one
 live replica and delivered from there. Nothing the
 dead replica was running is run twice: its calls end orphaned, and the store's fence refuses
 any write it might still attempt.
@@ -288,12 +288,10 @@ class ClusterNode:
         if asked:
             log.info("waiting here for %d approvals that gone replicas had asked for", len(asked))
             crew.take_up_asked(asked)
-        posts, reminder_posts = await store.adopt_owed()
+        posts = await store.adopt_owed()
         if posts:
             log.info("delivering %d Slack posts and edits that gone replicas still owed", len(posts))
             crew.edge.take_over(posts)
-        if reminder_posts:
-            crew.scheduler.take_over(reminder_posts)
         recovered = await self.jobs.recover_stalled()
         if recovered:
             log.warning("resuming %d threads whose turns stopped with their replica", len(recovered))

@@ -30,7 +30,7 @@ from bot.console.saved_files import save_shared
 from bot.errors import ThreadbotError
 from bot.text import clean_text
 from bot.toolcall import ToolCall
-from bot.types import OwedPost, ReminderOutcome, ReminderPost, TurnOutcome
+from bot.types import LineKind, OwedLine, OwedPost, TurnOutcome
 from tools.base import SharedFile
 
 APPROVED_BY = "oneshot --approve"
@@ -82,9 +82,11 @@ class CollectingOutput:
     def notice(self, session_key: str, text: str) -> None:
         self.notices.append(text)
 
-    async def reminder(self, post: ReminderPost) -> ReminderOutcome:
-        self.notices.append(f"reminder: {post.text}")
-        return ReminderOutcome.POSTED
+    def lines_owed(self, lines: list[tuple[int, OwedLine]]) -> bool:
+        """Kept for the JSON on stdout, which is printed: nothing is left to owe."""
+        for _, line in lines:
+            self.notices.append(f"reminder: {line.text}" if line.kind is LineKind.REMINDER else line.text)
+        return True
 
     def file_shared(self, session_key: str, file: SharedFile) -> None:
         try:

@@ -12,7 +12,7 @@ from bot.calls.summary import call_label, icon, state_text
 from bot.console.approvals import ConsoleApprovals
 from bot.console.saved_files import shared_line
 from bot.toolcall import CallStatus, ToolCall
-from bot.types import OwedPost, ReminderOutcome, ReminderPost, TurnOutcome
+from bot.types import LineKind, OwedLine, OwedPost, TurnOutcome
 from tools.base import SharedFile
 
 
@@ -54,10 +54,11 @@ class ConsoleOutput:
     def notice(self, session_key: str, text: str) -> None:
         self.line(text)
 
-    async def reminder(self, post: ReminderPost) -> ReminderOutcome:
-        """Printed is delivered: a terminal cannot fail to show it."""
-        self.line(f"⏰ {post.text}")
-        return ReminderOutcome.POSTED
+    def lines_owed(self, lines: list[tuple[int, OwedLine]]) -> bool:
+        """Printed is delivered: a terminal cannot fail to show them."""
+        for _, line in lines:
+            self.line(f"⏰ {line.text}" if line.kind is LineKind.REMINDER else line.text)
+        return True
 
     def file_shared(self, session_key: str, file: SharedFile) -> None:
         """Saved under BOT_DATA_DIR/files, and the path printed: a terminal has nowhere to upload it."""

@@ -19,7 +19,7 @@ from bot.console.approvals import ConsoleApprovals
 from bot.console.fit import break_row, fit
 from bot.console.saved_files import shared_line
 from bot.toolcall import CallStatus, ToolCall
-from bot.types import OwedPost, ReminderOutcome, ReminderPost, TurnOutcome
+from bot.types import LineKind, OwedLine, OwedPost, TurnOutcome
 from tools.base import SharedFile
 
 ANSWER_PREFIX = "assistant: "
@@ -142,10 +142,11 @@ class TerminalOutput:
     def notice(self, session_key: str, text: str) -> None:
         self._print(text)
 
-    async def reminder(self, post: ReminderPost) -> ReminderOutcome:
-        """Printed is delivered: a terminal cannot fail to show it."""
-        self._print(f"⏰ {post.text}")
-        return ReminderOutcome.POSTED
+    def lines_owed(self, lines: list[tuple[int, OwedLine]]) -> bool:
+        """Printed is delivered: a terminal cannot fail to show them."""
+        for _, line in lines:
+            self._print(f"⏰ {line.text}" if line.kind is LineKind.REMINDER else line.text)
+        return True
 
     def owed_posts(self, session_key: str) -> list[OwedPost]:
         """A terminal cannot fail to show a line: nothing is left to owe."""

@@ -3,9 +3,10 @@
 The order is the point. The row is claimed in the store (a compare-and-set on
 its due time) before anything is delivered, so a fire happens once even if two
 jobs, or two processes, reach it together, and a clean restart never repeats
-one. The claim writes what it owes in the same transaction: a reminder's post,
-which the scheduler then delivers until the edge confirms it (posting.py), and
-a wait's note, which goes to the session's inbox like a message someone sent.
+one. The claim writes what it owes in the same transaction: a reminder's post
+and any notice for the thread, as lines in the outbox that the edge delivers
+(and, for Slack, keeps retrying across restarts), and a wait's note, which goes
+to the session's inbox like a message someone sent.
 A reminder is posted as is (no model call); a wait wakes its session
 through the engine, which starts a turn if the session is idle and injects the
 note if one is running. Too late (beyond `max_lateness_s`) means a notice that
@@ -25,13 +26,12 @@ from typing import Protocol
 from zoneinfo import ZoneInfo
 
 from bot.agent.engine import Delivery
-from bot.clock import utcnow
 from bot.quotas import day_start, self_wakes_reason
 from bot.schedule.cron import CronSchedule
 from bot.schedule.cron_runs import latest_run, next_run
 from bot.schedule.timing import Punctuality, Verdict, format_duration, judge, local_text
 from bot.store import Reminder, ReminderKind, ReminderStatus, Store, WakeLimit
-from bot.types import EngineOutput, ReminderPost
+from bot.types import EngineOutput
 
 log = logging.getLogger(__name__)
 
@@ -75,21 +75,19 @@ class FireReport:
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """A firing decided and recorded; `reminder` is set only when this firing won and has something to hand over."""
+    """A firing decided and recorded; `reminder` is set only when this firing won and has something to hand
+    over: its `owed_lines` (the post, the notices) and, for a wait, its `note` for the session."""
 
     report: FireReport
     reminder: Reminder | None = None
-    owed: str | None = None
-    """What this firing delivers (the post's text, the wait's note); None for a miss."""
-    farewell: str | None = None
-    """Told to the thread after the delivery when a cron row ended because its schedule has no run ahead."""
-    refusal: str | None = None
-    """Told to the thread instead of the delivery: a wait that would pass the thread's daily self-wakes."""
+    note: str | None = None
+    """A wait's note, stored in the session's inbox by the claim; None for a reminder, a miss or a refusal."""
 
 
 class Firer:
-    """Fires in two steps, `claim` (async: the store) then `deliver` (sync: the edge or engine), so the
-    caller can schedule the next run in between and a failing edge never loses a cron's next run."""
+    """Fires in two steps, `claim` (async: the store, which owes everything the firing says) then `deliver`
+    (sync: the edge or engine), so the caller can schedule the next run in between and a failing edge never
+    loses a cron's next run."""
 
     def __init__(
         self,
@@ -128,47 +126,40 @@ class Firer:
         owed = _owed(reminder, verdict)
         limit = None
         if reminder.kind is ReminderKind.WAKE and self._max_wakes is not None:
-            limit = WakeLimit(self._max_wakes, day_start(started))
+            limit = WakeLimit(self._max_wakes, day_start(started), _wake_refusal(reminder, started, self._max_wakes))
         claimed = await self._store.claim_reminder(
-            reminder_id, due_at=reminder.due_at, outcome=outcome, at=started, owed=owed, wake_limit=limit
+            reminder_id,
+            due_at=reminder.due_at,
+            outcome=outcome,
+            at=started,
+            owed=owed,
+            notices=self._missed(reminder, reminder.due_at, verdict, None),
+            wake_limit=limit,
         )
         if claimed is None:
             return await self._lost(reminder_id, started)
-        refusal = None
-        if outcome is ReminderStatus.FIRED and claimed.status is ReminderStatus.MISSED:
+        refused = outcome is ReminderStatus.FIRED and claimed.status is ReminderStatus.MISSED
+        if refused:
             # Ended unfired by the day's limit: it starts no turn, so it is not one of the day's wakes either.
-            assert self._max_wakes is not None
-            owed, refusal = None, self._wake_refusal(reminder, started, self._max_wakes)
-        report = FireReport(reminder_id, started, reminder.due_at, verdict, refused=refusal is not None)
-        return Claim(report, claimed, owed, refusal=refusal)
+            log.warning(
+                "wait %d of %s not delivered: %d self-wakes today", reminder.id, reminder.session_key, self._max_wakes
+            )
+        report = FireReport(reminder_id, started, reminder.due_at, verdict, refused=refused)
+        return Claim(report, claimed, _note(claimed, None if refused else owed))
 
-    @staticmethod
-    def _wake_refusal(reminder: Reminder, started: datetime, limit: int) -> str:
-        """The thread's line for a wait that came due after the day's last self-wake."""
-        log.warning("wait %d of %s not delivered: %d self-wakes today", reminder.id, reminder.session_key, limit)
-        why = self_wakes_reason(limit, limit, started)
-        return f"🚦 A wait came due but did not wake me: {why}. It was: {reminder.text}"
-
-    def deliver(self, claim: Claim) -> ReminderPost | None:
-        """Hand a won claim over: a wait to the engine, a miss as a notice; a reminder comes back as the
-        post the caller must deliver (and see confirmed)."""
+    def deliver(self, claim: Claim) -> list[int]:
+        """Hand a won claim over: a wait's note to the engine, the lines it owed to the edge. Returns the ids
+        of the lines the edge has shown already (a terminal), whose debt the caller settles."""
         reminder, report = claim.reminder, claim.report
         if reminder is None or report.verdict is None or report.due_at is None:
-            return None
-        key = reminder.session_key
-        post = None
-        if claim.refusal is not None:
-            self._output.notice(key, claim.refusal)
-        elif claim.owed is None:
-            self._output.notice(key, self._missed_text(reminder, report.due_at, report.verdict, report.next_due_at))
-        elif reminder.kind is ReminderKind.WAKE:
-            if self._waker.submit(key, claim.owed, inbox_id=reminder.inbox_id) is Delivery.REFUSED:
-                log.warning("wait %d of %s came due during a shutdown; the next start delivers it", reminder.id, key)
-        else:
-            post = ReminderPost(reminder.id, report.due_at, key, claim.owed, reminder.requester, utcnow())
-        if claim.farewell is not None:
-            self._output.notice(key, claim.farewell)
-        return post
+            return []
+        key, note = reminder.session_key, claim.note
+        if note is not None and self._waker.submit(key, note, inbox_id=reminder.inbox_id) is Delivery.REFUSED:
+            log.warning("wait %d of %s came due during a shutdown; the next start delivers it", reminder.id, key)
+        lines = list(reminder.owed_lines)
+        if lines and self._output.lines_owed(lines):
+            return [line_id for line_id, _ in lines]
+        return []
 
     async def _claim_cron(self, reminder: Reminder, started: datetime) -> Claim:
         assert reminder.cron is not None
@@ -185,11 +176,17 @@ class Firer:
         fired_at = started if verdict.punctuality is not Punctuality.MISSED else None
         owed = _owed(reminder, verdict)
         advanced = await self._store.advance_reminder(
-            reminder.id, due_at=reminder.due_at, next_due_at=following, fired_at=fired_at, owed=owed, run=due
+            reminder.id,
+            due_at=reminder.due_at,
+            next_due_at=following,
+            fired_at=fired_at,
+            owed=owed,
+            notices=self._missed(reminder, due, verdict, following),
         )
         if advanced is None:
             return await self._lost(reminder.id, started)
-        return Claim(FireReport(reminder.id, started, due, verdict, next_due_at=following), advanced, owed)
+        report = FireReport(reminder.id, started, due, verdict, next_due_at=following)
+        return Claim(report, advanced, _note(advanced, owed))
 
     async def _end_cron(self, reminder: Reminder, started: datetime, due: datetime, why: str) -> Claim:
         """This run of a cron row is its last: it is delivered (or reported missed) like any other, the row
@@ -197,14 +194,15 @@ class Firer:
         verdict = judge(due, started, max_lateness_s=self._max_lateness_s)
         outcome = ReminderStatus.MISSED if verdict.punctuality is Punctuality.MISSED else ReminderStatus.FIRED
         owed = _owed(reminder, verdict)
+        farewell = f"⏰ This repeating reminder stops here, {why}: {reminder.text}"
+        notices = [*self._missed(reminder, due, verdict, None), farewell]
         ended = await self._store.end_cron_reminder(
-            reminder.id, due_at=reminder.due_at, outcome=outcome, at=started, owed=owed, run=due
+            reminder.id, due_at=reminder.due_at, outcome=outcome, at=started, owed=owed, notices=notices
         )
         if ended is None:
             return await self._lost(reminder.id, started)
         log.warning("cron reminder %d of %s ends: %s", reminder.id, reminder.session_key, why)
-        farewell = f"⏰ This repeating reminder stops here, {why}: {reminder.text}"
-        return Claim(FireReport(reminder.id, started, due, verdict), ended, owed, farewell)
+        return Claim(FireReport(reminder.id, started, due, verdict), ended, _note(ended, owed))
 
     async def _lost(self, reminder_id: int, started: datetime) -> Claim:
         """Another firing (or a cancel) changed the row first; say when it is due now, if still pending."""
@@ -212,14 +210,28 @@ class Firer:
         next_due = current.due_at if current is not None and current.status is ReminderStatus.PENDING else None
         return Claim(FireReport(reminder_id, started, next_due_at=next_due))
 
-    def _missed_text(self, reminder: Reminder, due: datetime, verdict: Verdict, following: datetime | None) -> str:
+    def _missed(self, reminder: Reminder, due: datetime, verdict: Verdict, following: datetime | None) -> list[str]:
+        """The notice a missed run owes its thread (none for a run on time)."""
+        if verdict.punctuality is not Punctuality.MISSED:
+            return []
         zone = ZoneInfo(reminder.zone or self._zone.key)
         what = "A wait" if reminder.kind is ReminderKind.WAKE else "A reminder"
         late = format_duration(verdict.lateness_s, coarse=True)
         text = f"⏰ {what} was missed (due {local_text(due, zone)}, {late} ago, too late to deliver): {reminder.text}"
         if following is not None:
             text += f" — it repeats; next: {local_text(following, zone)}"
-        return text
+        return [text]
+
+
+def _wake_refusal(reminder: Reminder, started: datetime, limit: int) -> str:
+    """The thread's line for a wait that comes due after the day's last self-wake."""
+    why = self_wakes_reason(limit, limit, started)
+    return f"🚦 A wait came due but did not wake me: {why}. It was: {reminder.text}"
+
+
+def _note(reminder: Reminder, owed: str | None) -> str | None:
+    """What a won claim hands the engine: a wait's note (a reminder's words are a line, owed to the edge)."""
+    return owed if reminder.kind is ReminderKind.WAKE else None
 
 
 def _owed(reminder: Reminder, verdict: Verdict) -> str | None:

@@ -17,9 +17,9 @@ Job defaults, on purpose:
 
 Job bodies are wrapped: an exception is logged with the job id and goes no
 further, so one bad job never stops the others. Deliveries are shielded from
-cancellation, and `stop` waits for them. A reminder's post is owed from its
-claim until the edge confirms it (posting.py): retried while the process runs,
-and picked up again by the next `start` if it stops first.
+cancellation, and `stop` waits for them. What a firing says in its thread (a
+reminder's post, a notice) is owed by its claim; the edge delivers it (Slack's
+outbox, across restarts and replicas) or has shown it already (a terminal).
 """
 
 from __future__ import annotations
@@ -42,15 +42,13 @@ from apscheduler.triggers.interval import IntervalTrigger
 from bot.clock import utcnow
 from bot.concurrency import TaskSet
 from bot.schedule.firing import Clock, Firer, FireReport, Waker
-from bot.schedule.posting import ReminderPoster
 from bot.store import NewReminder, Reminder, ReminderKind, ReminderStatus, Store
-from bot.types import EngineOutput, ReminderPost, SessionFilter
+from bot.types import EngineOutput, SessionFilter
 
 log = logging.getLogger(__name__)
 
 JOB_DEFAULTS: dict[str, Any] = {"misfire_grace_time": None, "coalesce": True, "max_instances": 1}
 STOP_GRACE_S = 5.0
-REMINDER_RETRY_S = 3600.0
 
 FireListener = Callable[[FireReport], None]
 ChangeListener = Callable[[int], None]
@@ -96,7 +94,6 @@ class Scheduler:
         max_lateness_s: float,
         clock: Clock = utcnow,
         owns: SessionFilter | None = None,
-        reminder_retry_s: float = REMINDER_RETRY_S,
         periodic: Periodic | None = None,
         max_self_wakes_per_day: int | None = None,
         on_change: ChangeListener | None = None,
@@ -116,7 +113,6 @@ class Scheduler:
             clock=clock,
             max_self_wakes_per_day=max_self_wakes_per_day,
         )
-        self._poster = ReminderPoster(store=store, edge=output, retry_window_s=reminder_retry_s)
         self._aps = AsyncIOScheduler(timezone=UTC, job_defaults=JOB_DEFAULTS)
         self._aps.add_listener(self._on_skipped, EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES)
         self._periodic = periodic or OwnTimer(self._aps)
@@ -131,10 +127,8 @@ class Scheduler:
     async def start(self) -> int:
         """Add a job for every pending row, then start keeping time; returns how many rows."""
         pending = await self.sync()
-        owed = [post for post in await self._store.owed_reminder_posts() if self._owns_key(post.session_key)]
-        self._poster.resume(owed)
         self._aps.start()
-        log.info("scheduler started with %d pending waits and reminders, %d reminder posts owed", pending, len(owed))
+        log.info("scheduler started with %d pending waits and reminders", pending)
         return pending
 
     async def stop(self, grace_s: float = STOP_GRACE_S) -> None:
@@ -147,7 +141,6 @@ class Scheduler:
         self._aps.pause()
         await self._ticks.close()
         await self._deliveries.close(grace_s)
-        await self._poster.stop()
         self._aps.shutdown(wait=False)
         await asyncio.sleep(0)  # AsyncIOScheduler.shutdown runs on the loop's next turn
 
@@ -230,9 +223,12 @@ class Scheduler:
         else:
             self._unschedule(f"reminder:{reminder_id}")
         try:
-            post = self._firer.deliver(claim)  # no await since the claim: a shutdown cannot come between them
-            if post is not None:
-                await self._poster.deliver(post)
+            shown = self._firer.deliver(claim)  # no await since the claim: a shutdown cannot come between them
+            if shown:
+                await self._store.settle_posts(shown)
+        except Exception:
+            # The claim owed its lines before the edge was told: they stay in the outbox for the next start.
+            log.exception("handing reminder %d over failed; what it owes stays in the store", reminder_id)
         finally:
             for listener in self._listeners:
                 try:
@@ -240,10 +236,6 @@ class Scheduler:
                 except Exception:
                     log.exception("fire listener failed for reminder %d", reminder_id)
         return report
-
-    def take_over(self, posts: list[ReminderPost]) -> None:
-        """Deliver reminder posts a gone replica claimed and never saw confirmed."""
-        self._poster.resume(posts)
 
     def subscribe(self, listener: FireListener) -> None:
         """Be told of every firing (after the store was updated and the edge was handed the message)."""

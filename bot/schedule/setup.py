@@ -50,7 +50,6 @@ def build_scheduler(
         max_lateness_s=settings.bot_max_lateness_s,
         clock=clock or utcnow,
         owns=owns,
-        reminder_retry_s=settings.bot_reminder_retry_s,
         periodic=periodic,
         max_self_wakes_per_day=settings.bot_max_self_wakes_per_day,
         on_change=on_change,

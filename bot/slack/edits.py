@@ -168,7 +168,7 @@ class EditScheduler:
     def resume(self, owed: list[OwedMessage]) -> None:
         """At start: the final states a previous process recorded but never got onto Slack, in line again."""
         for message in owed:
-            if message.ts is not None:
+            if message.ts is not None and message.channel is not None:
                 self.update(message.channel, message.ts, text=message.text, blocks=message.blocks, final=True)
 
     async def start(self) -> None:

@@ -14,12 +14,13 @@ and owed until Slack has it, in `ThreadPosts`; one streamed answer, in `ReplyStr
 What is still queued when a turn ends (its answer behind a slow post, a notice) is
 handed to the turn's last save (`owed_posts`), which owes it in the transaction that
 marks the message answered; the queue then posts it by that row, as any owed post.
+A firing's lines (a due reminder, a missed one's notice) were owed by its claim: the
+edge tries them at once, in the session's order, and leaves the rest to the `Outbox`.
 Final edits are kept the same way by the `EditScheduler`'s journal.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import time
@@ -35,7 +36,6 @@ from bot.slack.edits import EditScheduler
 from bot.slack.posts import PostQueue
 from bot.slack.queues import Operation, SerialQueues
 from bot.slack.quiet import QuietHold
-from bot.slack.reminder_post import post_reminder
 from bot.slack.render import (
     Block,
     Edit,
@@ -43,7 +43,6 @@ from bot.slack.render import (
     arguments_file,
     defuse,
     outcomes_block,
-    reminder_text,
     sendable,
     status_message,
     who,
@@ -58,7 +57,7 @@ from bot.store import OwedMessage, Store
 from bot.telemetry.metrics import Metrics
 from bot.telemetry.tracing import Tracing
 from bot.toolcall import ToolCall
-from bot.types import OwedPost, ReminderOutcome, ReminderPost, Speaker, TurnOutcome
+from bot.types import OwedLine, OwedPost, Speaker, TurnOutcome
 from tools.base import SharedFile
 
 log = logging.getLogger(__name__)
@@ -149,47 +148,13 @@ class SlackEdge:
         """The engine's line may quote the model or a tool (an error message): its mentions are made inert."""
         self._notice(session_key, defuse(text))
 
-    async def reminder(self, post: ReminderPost) -> ReminderOutcome:
-        """Mentions whoever asked for it (else the session's latest speaker, for rows stored without one).
-
-        Queued behind the session's other posts, but not held with a quiet turn: a reminder is due
-        now, whatever that turn ends up saying. Marked so that a retry never posts it twice
-        (bot/slack/reminder_post.py).
-        """
-        key = post.session_key
-        landed: asyncio.Future[ReminderOutcome] = asyncio.get_running_loop().create_future()
-
-        async def deliver() -> ReminderOutcome:
-            address = await self._sessions.address(key)
-            if address is None:
-                log.warning("no Slack address for session %s; reminder %d cannot be posted", key, post.reminder_id)
-                return ReminderOutcome.UNDELIVERABLE
-            text = reminder_text(post.text, post.requester or await self._sessions.asker(key))
-            outcome, ts = await post_reminder(
-                self._client, self._posts, channel=address.channel, thread_ts=address.thread_ts, text=text, post=post
-            )
-            if outcome is not ReminderOutcome.POSTED:
-                self._metrics.inc("slack_errors_total")
-            if ts is not None:
-                self._metrics.inc("slack_posts_total")
-                address.thinking = False  # Slack clears the status when the bot posts
-                if address.thread_ts is None:
-                    await self._sessions.open_thread(key, address, ts)
-            return outcome
-
-        async def settle() -> None:
-            if landed.done():
-                return  # the scheduler stopped waiting: the post is still owed, and retried later
-            try:
-                landed.set_result(await deliver())
-            except asyncio.CancelledError:
-                landed.cancel()
-                raise
-            except Exception as exc:
-                landed.set_exception(exc)
-
-        self._put(key, settle, holdable=False)
-        return await landed
+    def lines_owed(self, lines: list[tuple[int, OwedLine]]) -> bool:
+        """Tried at once, behind the session's other posts but not held with a quiet turn (a reminder is
+        due now, whatever that turn ends up saying); what does not land is the outbox's, as any owed post."""
+        for key in dict.fromkeys(line.session_key for _, line in lines):
+            mine = [(line_id, line) for line_id, line in lines if line.session_key == key]
+            self._put(key, functools.partial(self.threads.send_lines, key, mine), holdable=False)
+        return False
 
     def file_shared(self, session_key: str, file: SharedFile) -> None:
         name = defuse(file.name)  # the tool (or the model) chose it: its mentions are made inert

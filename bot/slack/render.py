@@ -19,6 +19,7 @@ from typing import Any
 from bot.calls.summary import arguments_text, call_label, icon, state_text
 from bot.slack.split import close_open_fence
 from bot.toolcall import ToolCall
+from bot.types import LineKind, OwedLine
 
 Block = dict[str, Any]
 
@@ -244,3 +245,11 @@ def answer_message(chunk: str, *, streaming: bool = False) -> tuple[str, list[Bl
 def reminder_text(text: str, requester: str | None) -> str:
     """The reminder's own words made inert; the one mention that pings is the person who asked for it."""
     return f"<@{requester}> ⏰ {defuse(text)}" if requester else f"⏰ {defuse(text)}"
+
+
+def render_line(line: OwedLine, asker: str | None) -> str:
+    """A line the engine owes a thread, as Slack shows it: a reminder mentions whoever asked for it (else who
+    asks there now); a notice may quote the model or a tool, so its mentions are made inert."""
+    if line.kind is LineKind.REMINDER:
+        return reminder_text(line.text, line.requester or asker)
+    return defuse(line.text)

@@ -11,18 +11,19 @@ recorded so replies reach the session.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.slack.outbox import Outbox, marker
+from bot.slack.outbox import Outbox, marker, target
 from bot.slack.posts import PostFailed, PostQueue, PostRejected
 from bot.slack.render import Block, EmptyMessage, sendable
 from bot.slack.sessions import Address, Sessions
 from bot.slack.uploads import upload
 from bot.store import OwedMessage, Store
 from bot.telemetry.metrics import Metrics
-from bot.types import OwedPost
+from bot.types import OwedLine, OwedPost
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ class ThreadPosts:
         self._posts = posts
         self._sessions = sessions
         self._metrics = metrics
-        self.outbox = Outbox(store, posts, client, metrics=metrics)
+        self.outbox = Outbox(store, posts, client, sessions, metrics=metrics)
 
     async def resume(self) -> list[OwedMessage]:
         """At start: deliver the posts a previous process owed; returns all it owed (its final edits too)."""
@@ -89,6 +90,17 @@ class ThreadPosts:
             else:
                 await self._send(key, address, post.text, post.blocks, post_id)
 
+    async def send_lines(self, key: str, lines: list[tuple[int, OwedLine]]) -> None:
+        """A firing's lines, rendered for the session as the outbox renders them, posted as any owed post."""
+        for line_id, line in lines:
+            message = OwedMessage(line_id, key, None, None, None, line.text, None, line)
+            post = await target(self._sessions, message)
+            if post is None or post.address is None:
+                log.error("a line owed to %s can never be posted in Slack; dropping it", key)
+                await self.outbox.settle(line_id)
+                continue
+            await self._send(key, post.address, post.text, post.blocks, line_id)
+
     async def hand_over(self, key: str, post_ids: list[int]) -> None:
         """Posts a turn's last save owed: the outbox delivers them, once (an operation of the session's queue)."""
         for post_id in post_ids:
@@ -132,30 +144,33 @@ class ThreadPosts:
             if post_id is not None:
                 outbox.handed_over(key, post_id, tried=False)
             return None
-        try:
-            ts = await self._posts.post(
-                channel=address.channel,
-                thread_ts=address.thread_ts,
-                text=text,
-                blocks=blocks,
-                metadata=marker(post_id) if post_id is not None else None,
-            )
-        except PostRejected as exc:
-            self._metrics.inc("slack_errors_total")
-            log.error("chat.postMessage in %s refused (%s); not posted", key, exc.error)
+        # An owed post being tried here is not the outbox's to take up (a start reads what is owed while the
+        # scheduler may already be firing): it becomes the outbox's only when it is handed over.
+        with outbox.sending(post_id) if post_id is not None else contextlib.nullcontext():
+            try:
+                ts = await self._posts.post(
+                    channel=address.channel,
+                    thread_ts=address.thread_ts,
+                    text=text,
+                    blocks=blocks,
+                    metadata=marker(post_id) if post_id is not None else None,
+                )
+            except PostRejected as exc:
+                self._metrics.inc("slack_errors_total")
+                log.error("chat.postMessage in %s refused (%s); not posted", key, exc.error)
+                if post_id is not None:
+                    await outbox.settle(post_id)
+                return None
+            except PostFailed as exc:
+                self._metrics.inc("slack_errors_total")
+                if post_id is not None:
+                    log.warning("chat.postMessage in %s: %s; the outbox will deliver it", key, exc)
+                    outbox.handed_over(key, post_id, tried=True)
+                else:
+                    log.warning("chat.postMessage in %s: %s; its final state will be posted instead", key, exc)
+                return None
             if post_id is not None:
                 await outbox.settle(post_id)
-            return None
-        except PostFailed as exc:
-            self._metrics.inc("slack_errors_total")
-            if post_id is not None:
-                log.warning("chat.postMessage in %s: %s; the outbox will deliver it", key, exc)
-                outbox.handed_over(key, post_id, tried=True)
-            else:
-                log.warning("chat.postMessage in %s: %s; its final state will be posted instead", key, exc)
-            return None
-        if post_id is not None:
-            await outbox.settle(post_id)
         self._metrics.inc("slack_posts_total")
         address.thinking = False  # Slack clears the status when the bot posts
         if address.thread_ts is None:

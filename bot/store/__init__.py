@@ -5,7 +5,6 @@ from bot.store.inbox import InboxItem
 from bot.store.opening import open_store
 from bot.store.outbox import OwedEdit, OwedMessage
 from bot.store.processes import ProcessGroupRecord
-from bot.store.reminder_posts import PostState
 from bot.store.reminders import (
     NewReminder,
     PendingLimitReached,
@@ -23,7 +22,6 @@ __all__ = [
     "OwedEdit",
     "OwedMessage",
     "PendingLimitReached",
-    "PostState",
     "ProcessGroupRecord",
     "Reminder",
     "ReminderKind",

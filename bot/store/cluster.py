@@ -21,10 +21,8 @@ from bot.store.calls import ORPHANED_ERROR
 from bot.store.db import PgDb
 from bot.store.inbox import VISIBLE
 from bot.store.outbox import OwedMessage, owed_message
-from bot.store.reminder_posts import reminder_post
 from bot.store.schema import CALL_COLUMNS, call_from_row, ts
 from bot.toolcall import ToolCall
-from bot.types import ReminderPost
 
 # A session is owed something (input, or a result that outlived its turn) and no job of its thread is
 # queued or running: nobody will take it up unless offered.
@@ -47,12 +45,6 @@ _ADOPT_POSTS = """
 UPDATE outbox SET replica = ?
 WHERE replica IN (SELECT id FROM replicas WHERE state IN ('dead', 'stopped'))
 RETURNING *
-"""
-_ADOPT_REMINDER_POSTS = """
-UPDATE reminder_posts AS p SET replica = ? FROM reminders AS r
-WHERE r.id = p.reminder_id AND p.state = 'owed'
-AND p.replica IN (SELECT id FROM replicas WHERE state IN ('dead', 'stopped'))
-RETURNING p.reminder_id, p.due_at, r.session_key, p.text, r.requester, p.claimed_at
 """
 
 
@@ -79,7 +71,6 @@ _PRUNE_REPLICAS = """
 DELETE FROM replicas WHERE state IN ('dead', 'stopped') AND heartbeat_at < now() - make_interval(secs => ?)
 AND NOT EXISTS (SELECT 1 FROM tool_calls WHERE replica = replicas.id AND status IN ('pending', 'running'))
 AND NOT EXISTS (SELECT 1 FROM outbox WHERE replica = replicas.id)
-AND NOT EXISTS (SELECT 1 FROM reminder_posts WHERE replica = replicas.id AND state = 'owed')
 """
 
 
@@ -121,14 +112,12 @@ class ClusterQueries:
         async with self.transaction() as conn:
             await PgDb(conn).execute(_PRUNE_RINGS, (older_than_s,))
 
-    async def adopt_owed(self) -> tuple[list[OwedMessage], list[ReminderPost]]:
-        """Take over what gone replicas still owe Slack (posts, final edits, reminder posts); each row is
-        adopted by one replica only (the UPDATE locks it), which then delivers it."""
+    async def adopt_owed(self) -> list[OwedMessage]:
+        """Take over what gone replicas still owe Slack (posts, reminders and notices, final edits), oldest
+        first; each row is adopted by one replica only (the UPDATE locks it), which then delivers it."""
         async with self.transaction() as conn:
-            db = PgDb(conn)
-            posts = await db.fetch(_ADOPT_POSTS, self.replica)
-            reminders = await db.fetch(_ADOPT_REMINDER_POSTS, self.replica)
-        return [owed_message(row) for row in posts], [reminder_post(row) for row in reminders]
+            posts = await PgDb(conn).fetch(_ADOPT_POSTS, self.replica)
+        return sorted((owed_message(row) for row in posts), key=lambda message: message.id)
 
     async def orphan_dead_calls(self) -> list[ToolCall]:
         """Open calls of replicas declared dead become `orphaned`; returns them, oldest first."""

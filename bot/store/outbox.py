@@ -3,8 +3,11 @@
 Two kinds of debt. An owed post (an answer, a notice, a final status nobody has
 seen yet) is written before it is first tried, so a crash cannot lose it; an owed
 edit is the final state of a message that exists, one per message, the newest
-winning. Either is settled when Slack confirms it, and whatever is still owed at
-a restart is delivered then. A post that may have landed just before a crash
+winning. A post the engine owes (a due reminder, a missed one's notice: an
+`OwedLine`) is written by the claim that decides it, with no address (`channel`
+NULL) and its `line` kind: the edge renders it for the session when it delivers.
+Either is settled when Slack confirms it, and whatever is still owed at a
+restart is delivered then. A post that may have landed just before a crash
 carries a marker (Slack message `metadata`) that the edge looks for before
 posting it again, so it is delivered once.
 """
@@ -20,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from bot.clock import utcnow
 from bot.store.db import Db, Row
 from bot.store.schema import dumps, ts
-from bot.types import OwedPost
+from bot.types import LineKind, OwedLine, OwedPost
 
 _UPSERT_EDIT = """
 INSERT INTO outbox (session_key, channel, ts, text, blocks, created_at, replica) VALUES (?, ?, ?, ?, ?, ?, ?)
@@ -33,15 +36,17 @@ OWN = "(CAST(? AS TEXT) IS NULL OR replica = ?)"
 
 @dataclass(frozen=True, slots=True)
 class OwedMessage:
-    """A post (`ts` None) or the final state of the message at `ts`, as Slack should show it."""
+    """A post (`ts` None) or the final state of the message at `ts`, as Slack should show it; or a line the
+    engine owes the session (`line` set, no address yet)."""
 
     id: int
     session_key: str
-    channel: str
+    channel: str | None
     thread_ts: str | None
     ts: str | None
     text: str
     blocks: list[dict[str, Any]] | None
+    line: OwedLine | None = None
 
     @property
     def is_post(self) -> bool:
@@ -62,6 +67,8 @@ def _loads(value: str | None) -> Any:
 
 
 def owed_message(row: Row) -> OwedMessage:
+    kind = row["line"]
+    line = OwedLine(row["session_key"], LineKind(kind), row["text"], row["requester"]) if kind else None
     return OwedMessage(
         id=int(row["id"]),
         session_key=row["session_key"],
@@ -70,6 +77,7 @@ def owed_message(row: Row) -> OwedMessage:
         ts=row["ts"],
         text=row["text"],
         blocks=_loads(row["blocks"]),
+        line=line,
     )
 
 
@@ -98,8 +106,11 @@ class OutboxQueries:
             return post_id
 
     async def settle_post(self, post_id: int) -> None:
+        await self.settle_posts([post_id])
+
+    async def settle_posts(self, post_ids: Sequence[int]) -> None:
         async with self._write() as db:
-            await db.execute("DELETE FROM outbox WHERE id = ? AND ts IS NULL", (post_id,))
+            await db.executemany("DELETE FROM outbox WHERE id = ? AND ts IS NULL", [(post_id,) for post_id in post_ids])
 
     async def owe_edits(self, edits: Sequence[OwedEdit]) -> None:
         """Record final states in one transaction; a message already owed one keeps only the newest."""
@@ -138,6 +149,20 @@ async def owe_posts(db: Db, posts: Sequence[OwedPost], replica: str | None) -> l
             "INSERT INTO outbox (session_key, channel, thread_ts, text, blocks, created_at, replica) "
             "VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
             *(post.session_key, post.channel, post.thread_ts, post.text, _dumps(post.blocks), now, replica),
+        )
+        ids.append(int(rows[0][0]))
+    return ids
+
+
+async def owe_lines(db: Db, lines: Sequence[OwedLine], replica: str | None) -> list[int]:
+    """Owe the engine's `lines` inside the caller's transaction (a reminder's claim); their ids, in order."""
+    now = ts(utcnow())
+    ids = []
+    for line in lines:
+        rows = await db.fetch(
+            "INSERT INTO outbox (session_key, text, created_at, replica, line, requester) "
+            "VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+            *(line.session_key, line.text, now, replica, line.kind.value, line.requester),
         )
         ids.append(int(rows[0][0]))
     return ids

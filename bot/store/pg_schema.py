@@ -215,7 +215,21 @@ ALTER TABLE tool_calls ADD COLUMN approvers TEXT NOT NULL DEFAULT '[]';
 CREATE INDEX tool_calls_by_time ON tool_calls(created_at);
 """
 
-MIGRATIONS: list[LiteralString] = [_V1, _V2, _V3, _V4]
+# One outbox for every post the bot owes (SQLite's version 7): a line the engine owes a thread has no
+# address (`channel` NULL) and a `line` kind; reminder posts still owed move in, and their table goes.
+_V5 = """
+ALTER TABLE outbox ALTER COLUMN channel DROP NOT NULL;
+ALTER TABLE outbox ADD COLUMN line TEXT CHECK (line IN ('reminder', 'notice'));
+ALTER TABLE outbox ADD COLUMN requester TEXT;
+ALTER TABLE outbox ADD CONSTRAINT outbox_addressed CHECK (channel IS NOT NULL OR line IS NOT NULL);
+INSERT INTO outbox (session_key, text, created_at, replica, line, requester)
+SELECT r.session_key, p.text, p.claimed_at, p.replica, 'reminder', r.requester
+FROM reminder_posts AS p JOIN reminders AS r ON r.id = p.reminder_id
+WHERE p.state = 'owed' ORDER BY p.claimed_at, p.reminder_id;
+DROP TABLE reminder_posts;
+"""
+
+MIGRATIONS: list[LiteralString] = [_V1, _V2, _V3, _V4, _V5]
 
 _VERSION_TABLE = """
 CREATE TABLE IF NOT EXISTS threadbot_schema_version (

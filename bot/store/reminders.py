@@ -5,9 +5,10 @@ A row is `pending` until it is claimed. Claiming is a compare-and-set on
 firings of the same due time (a duplicate job, a second process on the same
 file, a fire racing a cancel) exactly one wins, and a clean restart never
 delivers a claimed one again. What the claim owes is written in the same
-transaction: a reminder's post (bot/store/reminder_posts.py), a wait's note for
-its session (the inbox, bot/store/inbox.py), so a crash right after the claim
-loses neither. A one-shot row then ends `fired` or `missed` (or
+transaction: a reminder's post and any notice for its thread (lines in the
+outbox, bot/store/outbox.py), a wait's note for its session (the inbox,
+bot/store/inbox.py), so a crash right after the claim loses none of them.
+A one-shot row then ends `fired` or `missed` (or
 `cancelled`) and never changes again; a cron row stays `pending` and its
 `due_at` moves to the next run.
 
@@ -26,8 +27,9 @@ from typing import TYPE_CHECKING
 from bot.clock import utcnow
 from bot.store.db import Db, Row
 from bot.store.inbox import insert_inbox
-from bot.store.reminder_posts import insert_post
+from bot.store.outbox import owe_lines
 from bot.store.schema import ts, ts_or_none
+from bot.types import LineKind, OwedLine
 
 _COLUMNS = "id, session_key, kind, text, requester, due_at, cron, zone, status, fired_at, created_at"
 _WAKES_SQL = "SELECT COUNT(*) FROM reminders WHERE session_key = ? AND kind = 'wake' AND fired_at >= ?"
@@ -62,6 +64,8 @@ class WakeLimit:
 
     max_wakes: int
     since: datetime
+    refusal: str | None = None
+    """Owed to the thread, with the claim, instead of a wait that would pass the limit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +96,8 @@ class Reminder:
     created_at: datetime
     inbox_id: int | None = None
     """Set on a wait just claimed with a note: the inbox row that holds the note for its session."""
+    owed_lines: tuple[tuple[int, OwedLine], ...] = ()
+    """Set on a row just claimed: the lines the claim owed its thread, with their outbox ids, in order."""
 
     @property
     def job_id(self) -> str:
@@ -115,14 +121,16 @@ def _reminder(row: Row) -> Reminder:
     )
 
 
-async def _owe(db: Db, reminder: Reminder, run: datetime, owed: str | None, replica: str | None) -> Reminder:
-    """Inside a claim: write what it promises (a reminder's post, a wait's note for its session)."""
-    if owed is None:
-        return reminder
-    if reminder.kind is ReminderKind.WAKE:
-        return replace(reminder, inbox_id=await insert_inbox(db, reminder.session_key, owed))
-    await insert_post(db, reminder.id, run, owed, replica)
-    return reminder
+async def _owe(db: Db, reminder: Reminder, owed: str | None, notices: Sequence[str], replica: str | None) -> Reminder:
+    """Inside a claim: write what it promises (a reminder's post, a wait's note, the thread's notices)."""
+    lines = [OwedLine(reminder.session_key, LineKind.NOTICE, text) for text in notices]
+    inbox_id = None
+    if owed is not None and reminder.kind is ReminderKind.WAKE:
+        inbox_id = await insert_inbox(db, reminder.session_key, owed)
+    elif owed is not None:
+        lines.insert(0, OwedLine(reminder.session_key, LineKind.REMINDER, owed, reminder.requester))
+    ids = await owe_lines(db, lines, replica)
+    return replace(reminder, inbox_id=inbox_id, owed_lines=tuple(zip(ids, lines, strict=True)))
 
 
 async def _no_wake_left(db: Db, reminder_id: int, limit: WakeLimit) -> bool:
@@ -248,14 +256,16 @@ class ReminderQueries:
         outcome: ReminderStatus,
         at: datetime | None = None,
         owed: str | None = None,
+        notices: Sequence[str] = (),
         wake_limit: WakeLimit | None = None,
     ) -> Reminder | None:
         """End a pending one-shot due at `due_at` as `fired` or `missed`; None if someone else got there first.
 
         `owed` is what the claim promises, written with it: a reminder's post, or a wait's note (the
-        returned row then carries its `inbox_id`). With `wake_limit`, a wait whose session has fired
-        that many waits since its `since` ends `missed` owing nothing instead: counted inside the
-        claim, so two waits coming due together cannot both take the day's last wake.
+        returned row then carries its `inbox_id`); `notices` are lines for its thread, owed after it
+        (the returned row names them all in `owed_lines`). With `wake_limit`, a wait whose session has
+        fired that many waits since its `since` ends `missed`, owing only the limit's `refusal`: counted
+        inside the claim, so two waits coming due together cannot both take the day's last wake.
         """
         if outcome not in (ReminderStatus.FIRED, ReminderStatus.MISSED):
             raise ValueError(f"a claim ends a reminder as fired or missed, not {outcome}")
@@ -270,9 +280,10 @@ class ReminderQueries:
                 and await _no_wake_left(db, reminder_id, wake_limit)
             ):
                 outcome, owed = ReminderStatus.MISSED, None
+                notices = [wake_limit.refusal] if wake_limit.refusal is not None else []
             fired_at = ts_or_none(at or utcnow()) if outcome is ReminderStatus.FIRED else None
             rows = await db.fetch(sql, outcome.value, fired_at, reminder_id, ts(due_at))
-            return await _owe(db, _reminder(rows[0]), due_at, owed, self.replica) if rows else None
+            return await _owe(db, _reminder(rows[0]), owed, notices, self.replica) if rows else None
 
     async def advance_reminder(
         self,
@@ -282,12 +293,12 @@ class ReminderQueries:
         next_due_at: datetime,
         fired_at: datetime | None,
         owed: str | None = None,
-        run: datetime | None = None,
+        notices: Sequence[str] = (),
     ) -> Reminder | None:
         """Move a pending cron row from `due_at` to its next run; None if someone else already moved it.
 
         `fired_at` is recorded when this run is delivered, left as it was when it was missed.
-        `owed` is as for `claim_reminder`, for the run `run` (the one delivered; default `due_at`).
+        `owed` and `notices` are as for `claim_reminder`.
         """
         sql = (
             "UPDATE reminders SET due_at = ?, fired_at = COALESCE(?, fired_at) "
@@ -295,7 +306,7 @@ class ReminderQueries:
         )
         async with self._write() as db:
             rows = await db.fetch(sql, ts(next_due_at), ts_or_none(fired_at), reminder_id, ts(due_at))
-            return await _owe(db, _reminder(rows[0]), run or due_at, owed, self.replica) if rows else None
+            return await _owe(db, _reminder(rows[0]), owed, notices, self.replica) if rows else None
 
     async def end_cron_reminder(
         self,
@@ -305,12 +316,12 @@ class ReminderQueries:
         outcome: ReminderStatus,
         at: datetime,
         owed: str | None = None,
-        run: datetime | None = None,
+        notices: Sequence[str] = (),
     ) -> Reminder | None:
         """End a pending cron row due at `due_at` as `fired` or `missed`: its schedule has no run ahead.
 
         None if someone else moved or ended it first (the same compare-and-set as a claim);
-        `owed` and `run` are as for `advance_reminder`.
+        `owed` and `notices` are as for `claim_reminder`.
         """
         if outcome not in (ReminderStatus.FIRED, ReminderStatus.MISSED):
             raise ValueError(f"a cron row ends as fired or missed, not {outcome}")
@@ -321,7 +332,7 @@ class ReminderQueries:
         )
         async with self._write() as db:
             rows = await db.fetch(sql, outcome.value, fired_at, reminder_id, ts(due_at))
-            return await _owe(db, _reminder(rows[0]), run or due_at, owed, self.replica) if rows else None
+            return await _owe(db, _reminder(rows[0]), owed, notices, self.replica) if rows else None
 
     async def cancel_reminder(self, reminder_id: int, *, session_key: str) -> Reminder | None:
         """Cancel a pending reminder of this session; None if there is none (another session's counts as none)."""

@@ -220,7 +220,41 @@ ALTER TABLE tool_calls ADD COLUMN approvers TEXT NOT NULL DEFAULT '[]';
 CREATE INDEX tool_calls_by_time ON tool_calls(created_at);
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6]
+# One outbox for every post the bot owes (bot/store/outbox.py): a line the engine owes a thread (a due
+# reminder, a notice) is kept with no address (`channel` NULL) and its `line` kind, rendered by the edge
+# that delivers it. The table is rebuilt to let `channel` be NULL; its AUTOINCREMENT counter is carried
+# over, so no new post reuses the id (and so the Slack marker) of one settled before. Reminder posts still
+# owed move in, in the order they were claimed, and their own table goes.
+_V7 = """
+CREATE TABLE outbox_v7 (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_key  TEXT NOT NULL,
+    channel      TEXT,
+    thread_ts    TEXT,
+    ts           TEXT,
+    text         TEXT NOT NULL,
+    blocks       TEXT,
+    created_at   TEXT NOT NULL,
+    replica      TEXT,
+    line         TEXT CHECK (line IN ('reminder', 'notice')),
+    requester    TEXT,
+    CHECK (channel IS NOT NULL OR line IS NOT NULL)
+);
+INSERT INTO outbox_v7 (id, session_key, channel, thread_ts, ts, text, blocks, created_at, replica)
+SELECT id, session_key, channel, thread_ts, ts, text, blocks, created_at, replica FROM outbox;
+DELETE FROM sqlite_sequence WHERE name = 'outbox_v7';
+INSERT INTO sqlite_sequence (name, seq) SELECT 'outbox_v7', seq FROM sqlite_sequence WHERE name = 'outbox';
+INSERT INTO outbox_v7 (session_key, text, created_at, replica, line, requester)
+SELECT r.session_key, p.text, p.claimed_at, p.replica, 'reminder', r.requester
+FROM reminder_posts AS p JOIN reminders AS r ON r.id = p.reminder_id
+WHERE p.state = 'owed' ORDER BY p.claimed_at, p.reminder_id;
+DROP TABLE outbox;
+ALTER TABLE outbox_v7 RENAME TO outbox;
+CREATE UNIQUE INDEX outbox_edit_per_message ON outbox(channel, ts) WHERE ts IS NOT NULL;
+DROP TABLE reminder_posts;
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7]
 
 # The tool_calls columns, named as `ToolCall.to_record()` names its keys.
 CALL_COLUMNS = (

@@ -29,7 +29,6 @@ from bot.store.inbox import InboxQueries, mark_answered, mark_stored
 from bot.store.open_work import OpenWorkQueries
 from bot.store.outbox import OutboxQueries, owe_posts
 from bot.store.processes import ProcessQueries
-from bot.store.reminder_posts import ReminderPostQueries
 from bot.store.reminders import ReminderQueries
 from bot.store.schema import dumps, ts
 from bot.store.usage import UsageQueries
@@ -65,7 +64,6 @@ class Store(
     CallQueries,
     ProcessQueries,
     ReminderQueries,
-    ReminderPostQueries,
     InboxQueries,
     OutboxQueries,
     UsageQueries,
@@ -73,7 +71,7 @@ class Store(
     OpenWorkQueries,
     ABC,
 ):
-    """Sessions, their messages and seen events; tool calls and their processes, reminders and their posts,
+    """Sessions, their messages and seen events; tool calls and their processes, reminders,
     the inbox, the Slack outbox and token usage come from mixins.
 
     `replica` names the process writing (cluster mode) and is recorded with each call it saves; None with SQLite.
