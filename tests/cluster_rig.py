@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
+import pytest
 from daemon_rig import Daemon, Script
 from fakes.anthropic_api import FakeAnthropic
 from fakes.slack_api import FakeSlack
@@ -93,3 +94,16 @@ async def cluster(dsn: str, root: Path) -> AsyncIterator[Cluster]:
                 finally:
                     if daemon.process is not None and daemon.process.returncode is None:
                         daemon.process.kill()
+
+
+@pytest.fixture
+async def rig(pg_dsn: str, tmp_path: Path) -> AsyncIterator[Cluster]:
+    """A cluster on a freshly migrated schema, stopped at the end of the test (the cluster test modules' fixture)."""
+    async with cluster(pg_dsn, tmp_path) as made:
+        yield made
+
+
+async def decision(rig: Cluster, call_id: str) -> tuple[str, str, str | None] | None:
+    """A call's status, decision and who decided, as the shared database has them."""
+    rows = await rig.query("SELECT status, decision, decided_by FROM tool_calls WHERE id = %s", call_id)
+    return rows[0] if rows else None  # type: ignore[return-value]

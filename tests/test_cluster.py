@@ -4,24 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_rig import Cluster, cluster
+from cluster_rig import Cluster, rig
 from daemon_rig import U1, WAIT_S, mention, reply, wait_status, wait_text, words
 from fakes.anthropic_api import Reply, tool_use, user_texts
 
 from bot.agent.fence import said, untrusted
 
+__all__ = ["rig"]  # the fixture, from cluster_rig
+
 pytestmark = [pytest.mark.timeout(180), pytest.mark.cluster]
-
-
-@pytest.fixture
-async def rig(pg_dsn: str, tmp_path: Path) -> AsyncIterator[Cluster]:
-    async with cluster(pg_dsn, tmp_path) as made:
-        yield made
 
 
 async def test_one_replica_answers_and_takes_an_injection(rig: Cluster) -> None:

@@ -3,30 +3,18 @@ gives it to, and a pending approval outlives the replica that asked for it."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
-from cluster_rig import Cluster, cluster
+from cluster_rig import Cluster, decision, rig
 from daemon_rig import WAIT_S, mention, wait_status, wait_text
 from fakes.anthropic_api import Reply, tool_use
 
 from bot.slack.render import APPROVE_ACTION
 
+__all__ = ["rig"]  # the fixture, from cluster_rig
+
 pytestmark = [pytest.mark.timeout(180), pytest.mark.cluster, pytest.mark.usefixtures("needs_bwrap")]
 
 BUILT_IN = {"BOT_ENABLE_SHELL": "1", "BOT_POLICY_FILE": ""}
-
-
-@pytest.fixture
-async def rig(pg_dsn: str, tmp_path: Path) -> AsyncIterator[Cluster]:
-    async with cluster(pg_dsn, tmp_path) as made:
-        yield made
-
-
-async def decision(rig: Cluster, call_id: str) -> tuple[str, str, str | None] | None:
-    rows = await rig.query("SELECT status, decision, decided_by FROM tool_calls WHERE id = %s", call_id)
-    return rows[0] if rows else None  # type: ignore[return-value]
 
 
 async def test_an_approval_clicked_on_another_replica_runs_the_call_where_it_waits(rig: Cluster) -> None:

@@ -3,28 +3,16 @@ holds the waiting question, as an approval's click does."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
-from cluster_rig import Cluster, cluster
+from cluster_rig import Cluster, decision, rig
 from daemon_rig import mention, reply, wait_status, wait_text
 from fakes.anthropic_api import Reply, tool_use
 
 from bot.slack.render import ANSWER_ACTION
 
+__all__ = ["rig"]  # the fixture, from cluster_rig
+
 pytestmark = [pytest.mark.timeout(180), pytest.mark.cluster]
-
-
-@pytest.fixture
-async def rig(pg_dsn: str, tmp_path: Path) -> AsyncIterator[Cluster]:
-    async with cluster(pg_dsn, tmp_path) as made:
-        yield made
-
-
-async def answered(rig: Cluster, call_id: str) -> tuple[str, str, str | None] | None:
-    rows = await rig.query("SELECT status, decision, decided_by FROM tool_calls WHERE id = %s", call_id)
-    return rows[0] if rows else None  # type: ignore[return-value]
 
 
 async def test_a_click_and_a_reply_on_another_replica_answer_where_the_questions_wait(rig: Cluster) -> None:
@@ -41,13 +29,13 @@ async def test_a_click_and_a_reply_on_another_replica_answer_where_the_questions
     await rig.slack.wait_ack(await rig.slack.send_interactive(click))
 
     async def picked() -> bool:
-        return await answered(rig, pick["id"]) == ("completed", "answered", "U1")
+        return await decision(rig, pick["id"]) == ("completed", "answered", "U1")
 
     await rig.wait_db(picked, "the click answers on the replica that holds the question")
     await reply(rig.slack, "C1", event["ts"], "fixes the login bug", user="U1")
 
     async def written() -> bool:
-        return await answered(rig, free["id"]) == ("completed", "answered", "U1")
+        return await decision(rig, free["id"]) == ("completed", "answered", "U1")
 
     await rig.wait_db(written, "the reply answers on the replica that holds the question")
     [(result,)] = await rig.query("SELECT result FROM tool_calls WHERE id = %s", free["id"])

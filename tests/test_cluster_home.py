@@ -3,24 +3,18 @@ reaches the call there, for its requester only."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_rig import WAIT_S, Cluster, cluster
+from cluster_rig import WAIT_S, Cluster, rig
 from daemon_rig import mention, wait_status
 from fakes.anthropic_api import Reply, tool_use
 
 from bot.slack.render import CANCEL_ACTION
 
+__all__ = ["rig"]  # the fixture, from cluster_rig
+
 pytestmark = [pytest.mark.timeout(180), pytest.mark.cluster]
-
-
-@pytest.fixture
-async def rig(pg_dsn: str, tmp_path: Path) -> AsyncIterator[Cluster]:
-    async with cluster(pg_dsn, tmp_path) as made:
-        yield made
 
 
 def _cancels(view: dict[str, Any] | None) -> list[str]:

@@ -7,23 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_rig import Cluster, cluster
+from cluster_rig import Cluster, rig
 from daemon_rig import mention, wait_text
 from fakes.anthropic_api import Reply, tool_use
 from fakes.slack_api import StoredMessage
 
+__all__ = ["rig"]  # the fixture, from cluster_rig
+
 pytestmark = [pytest.mark.timeout(180), pytest.mark.cluster]
-
-
-@pytest.fixture
-async def rig(pg_dsn: str, tmp_path: Path) -> AsyncIterator[Cluster]:
-    async with cluster(pg_dsn, tmp_path) as made:
-        yield made
 
 
 def reminder_texts(rig: Cluster, channel: str, thread_ts: str) -> list[str]:

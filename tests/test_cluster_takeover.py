@@ -7,21 +7,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
-from cluster_rig import Cluster, cluster
+from cluster_rig import Cluster, rig
 from daemon_rig import WAIT_S, mention, wait_status, wait_text
 from fakes.anthropic_api import Reply, tool_use, user_texts
 
+__all__ = ["rig"]  # the fixture, from cluster_rig
+
 pytestmark = [pytest.mark.timeout(180), pytest.mark.cluster]
-
-
-@pytest.fixture
-async def rig(pg_dsn: str, tmp_path: Path) -> AsyncIterator[Cluster]:
-    async with cluster(pg_dsn, tmp_path) as made:
-        yield made
 
 
 async def test_killing_the_replica_that_runs_20_threads_orphans_their_calls_and_resumes_them_elsewhere(
