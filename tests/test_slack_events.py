@@ -54,7 +54,7 @@ def _asker_zone(edges: list[SlackEdge]) -> Callable[[str], Awaitable[str | None]
     """The users.info zone lookup of the edge the factory builds on the core's store (as the daemon passes it)."""
 
     async def lookup(key: str) -> str | None:
-        return await edges[0].user_timezone(key)
+        return await edges[0].sessions.user_timezone(key)
 
     return lookup
 
@@ -77,6 +77,7 @@ async def make_rig(slack: FakeSlack, fake: FakeAnthropic, core_factory: CoreFact
         store=core.store,
         engine=core.engine,
         edge=edge,
+        sessions=edge.sessions,
         settings=core.settings,
         bot_user_id="UBOT",
         metrics=metrics,

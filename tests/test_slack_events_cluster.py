@@ -66,6 +66,7 @@ async def cluster_rig(rig: Rig, pg_jobs_dsn: str) -> AsyncIterator[ClusterRig]:
         store=store,
         engine=rig.core.engine,
         edge=rig.edge,
+        sessions=rig.edge.sessions,
         settings=rig.core.settings,
         bot_user_id="UBOT",
         metrics=rig.metrics,

@@ -120,6 +120,10 @@ class RecordingEngine:
 
 
 class QuietEdge:
+    """An edge and its sessions that say nothing and remember nothing; a person is their id."""
+
+    threads = property(lambda self: self)
+
     def __getattr__(self, name: str) -> Any:
         return lambda *args, **kwargs: None
 
@@ -157,6 +161,7 @@ async def test_each_message_is_claimed_once_by_the_right_session(order: list[tup
                 store=store,
                 engine=engine,  # type: ignore[arg-type]
                 edge=QuietEdge(),  # type: ignore[arg-type]
+                sessions=QuietEdge(),  # type: ignore[arg-type]
                 settings=load_settings(
                     _env_file=None, bot_data_dir=Path(directory), bot_allowed_users=(), bot_allowed_channels=()
                 ),

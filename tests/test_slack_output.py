@@ -335,17 +335,17 @@ async def test_a_quiet_turn_with_news_posts_everything_it_held_in_order(rig: Rig
 
 async def test_user_timezone_comes_from_users_info_once(rig: Rig) -> None:
     rig.slack.users["U1"] = {"tz": "Europe/Paris"}
-    assert await rig.edge.user_timezone(KEY) == "Europe/Paris"
-    assert await rig.edge.user_timezone(KEY) == "Europe/Paris"
+    assert await rig.edge.sessions.user_timezone(KEY) == "Europe/Paris"
+    assert await rig.edge.sessions.user_timezone(KEY) == "Europe/Paris"
     assert len(rig.slack.calls_to("users.info")) == 1
-    assert await rig.edge.user_timezone("slack:T1:C1:nope") is None
+    assert await rig.edge.sessions.user_timezone("slack:T1:C1:nope") is None
 
 
 async def test_request_messages_and_requesters_are_remembered(rig: Rig) -> None:
-    rig.edge.note_request(KEY, "C1", "101.0", "U2")
-    assert rig.edge.request_session("C1", "101.0") == KEY
-    assert await rig.edge.requesters(KEY) == {"U1", "U2"}
-    assert rig.edge.request_session("C1", "999.0") is None
+    rig.edge.sessions.note_request(KEY, "C1", "101.0", "U2")
+    assert rig.edge.sessions.request_session("C1", "101.0") == KEY
+    assert await rig.edge.sessions.requesters(KEY) == {"U1", "U2"}
+    assert rig.edge.sessions.request_session("C1", "999.0") is None
 
 
 async def test_after_a_crash_the_status_message_shows_its_calls_orphaned(rig: Rig) -> None:

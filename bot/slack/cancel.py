@@ -29,7 +29,8 @@ from bot.coordination import Coordination
 from bot.errors import SlackResponseError
 from bot.slack.admission import Admission, team_of
 from bot.slack.filters import may_cancel
-from bot.slack.output import SlackEdge
+from bot.slack.sessions import Sessions
+from bot.slack.status import StatusBoard
 from bot.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,8 @@ class Canceller:
         client: AsyncWebClient,
         engine: Engine,
         registry: CallRegistry,
-        edge: SlackEdge,
+        board: StatusBoard,
+        sessions: Sessions,
         settings: Settings,
         metrics: Metrics,
         coordination: Coordination,
@@ -58,7 +60,8 @@ class Canceller:
         self._client = client
         self._engine = engine
         self._registry = registry
-        self._edge = edge
+        self._board = board
+        self._sessions = sessions
         self._settings = settings
         self._metrics = metrics
 
@@ -77,13 +80,13 @@ class Canceller:
         if not self._admission.admits(user, team=team_of(event), channel=channel):
             log.info("ignoring a reaction by %s: not someone the bot answers", user)
             return
-        status = self._edge.board.find(channel, ts)
+        status = self._board.find(channel, ts)
         if status is not None:
             if status.open_calls and await self._permitted(user, status.session_key):
                 self._metrics.inc("cancels_total")
                 await self._registry.cancel_many([call.id for call in status.open_calls], by=user)
             return
-        session_key = self._edge.request_session(channel, ts)
+        session_key = self._sessions.request_session(channel, ts)
         if session_key is not None and await self._permitted(user, session_key):
             self._metrics.inc("cancels_total")
             await self.cancel_turn(session_key, by=user)
@@ -117,7 +120,7 @@ class Canceller:
         await self._engine.cancel_turn(str(body["session_key"]), by=str(body["by"]))
 
     async def _permitted(self, user: str, session_key: str) -> bool:
-        requesters = await self._edge.requesters(session_key)
+        requesters = await self._sessions.requesters(session_key)
         ok = may_cancel(user, requesters=requesters, allowed_users=self._settings.bot_allowed_users)
         if not ok:
             log.info("ignoring a cancel by %s in %s: not the requester nor an allowed user", user, session_key)

@@ -40,6 +40,7 @@ from bot.slack.app import (
     slack_http_session,
 )
 from bot.slack.approvals import ApprovalButtons
+from bot.slack.askers import PolicyAskers
 from bot.slack.cancel import Canceller
 from bot.slack.edits import EditScheduler
 from bot.slack.events import INJECTION_REACTION, MessageRouter
@@ -147,8 +148,8 @@ async def _run(
             run_core(
                 ground,
                 edge,
-                user_timezone=edge.user_timezone,
-                askers=edge.askers(uses_groups=ground.extensions.policy.uses_groups),
+                user_timezone=edge.sessions.user_timezone,
+                askers=PolicyAskers(client, edge.sessions, uses_groups=ground.extensions.policy.uses_groups),
                 owns=owns,
                 telemetry=telemetry,
             )
@@ -246,7 +247,8 @@ def _ingress(
         client=client,
         engine=core.engine,
         registry=core.registry,
-        edge=edge,
+        board=edge.board,
+        sessions=edge.sessions,
         settings=settings,
         metrics=metrics,
         coordination=coordination,
@@ -265,6 +267,7 @@ def _ingress(
         store=core.store,
         engine=core.engine,
         edge=edge,
+        sessions=edge.sessions,
         settings=settings,
         bot_user_id=me.user_id,
         metrics=metrics,

@@ -43,6 +43,7 @@ from bot.slack.forget import ForgetDialog
 from bot.slack.history import thread_context, with_context
 from bot.slack.output import SlackEdge
 from bot.slack.queues import KeyedLocks
+from bot.slack.sessions import Sessions
 from bot.store import Store
 from bot.store.forgetting import Forgetting
 from bot.telemetry.metrics import Metrics
@@ -77,6 +78,7 @@ class MessageRouter:
         store: Store,
         engine: Engine,
         edge: SlackEdge,
+        sessions: Sessions,
         settings: Settings,
         bot_user_id: str,
         metrics: Metrics,
@@ -96,13 +98,14 @@ class MessageRouter:
         self._store = store
         self._engine = engine
         self._edge = edge
+        self._sessions = sessions
         self._settings = settings
         self._bot_user_id = bot_user_id
         self._metrics = metrics
         self._locks = KeyedLocks()
         self.forget_dialog = ForgetDialog(
             client=client,
-            say=edge.say,
+            say=edge.threads.say,
             forgetting=Forgetting(store, settings.work_root),
             engine=engine,
             admins=settings.bot_admin_users,
@@ -268,7 +271,7 @@ class MessageRouter:
 
     def _queued(self, key: str, incoming: Incoming) -> None:
         self._metrics.inc("turns_queued_total")
-        self._edge.note_request(key, incoming.channel, incoming.ts, incoming.user)
+        self._sessions.note_request(key, incoming.channel, incoming.ts, incoming.user)
 
     async def _text(self, incoming: Incoming, *, new: bool) -> str:
         """The text the model gets: after the thread's earlier messages when it opens a session in an
@@ -282,7 +285,7 @@ class MessageRouter:
                 before_ts=incoming.ts,
                 bot_user_id=self._bot_user_id,
                 admit=lambda message: self._admission.admits_message(message, incoming.channel),
-                speaker=self._edge.speaker,
+                speaker=self._sessions.speaker,
             )
             text = with_context(context, text)
         return text
@@ -290,13 +293,13 @@ class MessageRouter:
     async def _said(self, incoming: Incoming) -> str:
         """The message in the one form that names its author (id and name), which its own text cannot forge."""
         text = incoming.text if incoming.text.strip() or incoming.files else NOTHING_SAID
-        return said(await self._edge.speaker(incoming.user), text, ts=incoming.ts)
+        return said(await self._sessions.speaker(incoming.user), text, ts=incoming.ts)
 
     def _remember(self, session_key: str, incoming: Incoming, address: dict[str, Any], *, new: bool) -> None:
         if new:
-            self._edge.remember_address(session_key, address)
+            self._sessions.remember_address(session_key, address)
         else:
-            self._edge.remember_speaker(session_key, incoming.user)
+            self._sessions.remember_speaker(session_key, incoming.user)
 
     @staticmethod
     def _new_address(incoming: Incoming) -> dict[str, Any]:
@@ -315,7 +318,7 @@ class MessageRouter:
         delivery = self._engine.submit(session_key, content, inbox_id=inbox_id, requester=incoming.user)
         if delivery is Delivery.STARTED:
             self._metrics.inc("turns_started_total")
-            self._edge.note_request(session_key, incoming.channel, incoming.ts, incoming.user)
+            self._sessions.note_request(session_key, incoming.channel, incoming.ts, incoming.user)
         elif delivery is Delivery.INJECTED:
             self._metrics.inc("injections_total")
             await self.react(incoming.channel, incoming.ts, INJECTION_REACTION)
@@ -325,7 +328,7 @@ class MessageRouter:
 
     async def _stop(self, session_key: str, incoming: Incoming) -> None:
         """`stop` / `cancel` as the whole reply: cancel the turn and every call, bypassing the queue."""
-        requesters = await self._edge.requesters(session_key)
+        requesters = await self._sessions.requesters(session_key)
         if not may_cancel(incoming.user, requesters=requesters, allowed_users=self._settings.bot_allowed_users):
             self._edge.notice(session_key, "Only the person who asked (or an allowed user) can stop this.")
             return
@@ -356,7 +359,7 @@ class MessageRouter:
         """Say no once per thread, in the thread; later messages there are dropped silently."""
         if not await self._store.claim_event(f"denied:{incoming.channel}:{incoming.thread_ts}"):
             return
-        await self._edge.say(incoming.channel, incoming.thread_ts, DENIAL)
+        await self._edge.threads.say(incoming.channel, incoming.thread_ts, DENIAL)
 
     async def react(self, channel: str, ts: str, name: str) -> None:
         """Add a reaction; one that is there already is fine, any other failure only logged."""

@@ -26,12 +26,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.calls.summary import arguments_text
-from bot.slack.askers import PolicyAskers
 from bot.slack.edits import EditScheduler
 from bot.slack.posts import PostQueue
 from bot.slack.queues import Operation, SerialQueues
@@ -57,7 +55,7 @@ from bot.store import OwedMessage, Store
 from bot.telemetry.metrics import Metrics
 from bot.telemetry.tracing import Tracing
 from bot.toolcall import ToolCall
-from bot.types import OwedLine, OwedPost, Speaker, TurnOutcome
+from bot.types import OwedLine, OwedPost, TurnOutcome
 from tools.base import SharedFile
 
 log = logging.getLogger(__name__)
@@ -92,11 +90,11 @@ class SlackEdge:
         self._first_post_wait_s = first_post_wait_s
         self._edits = edits
         self._queues = SerialQueues()
-        self._sessions = Sessions(client, store, team_id=team_id, requesters_from_store=shared)
-        self.threads = ThreadPosts(client, self._posts, self._sessions, self._metrics, store)
-        self._thinking = ThinkingStatus(client, self._sessions)
+        self.sessions = Sessions(client, store, team_id=team_id, requesters_from_store=shared)
+        self.threads = ThreadPosts(client, self._posts, self.sessions, self._metrics, store)
+        self._thinking = ThinkingStatus(client, self.sessions)
         self.board = StatusBoard(_edit_with(edits), repost=self._repost_status)
-        self._quiet = QuietHold(self._sessions, abandon=self.board.abandon)
+        self._quiet = QuietHold(self.sessions, abandon=self.board.abandon)
 
     async def resume(self) -> None:
         """At start: deliver what a previous process owed Slack (posts through the outbox, final edits queued)."""
@@ -127,7 +125,7 @@ class SlackEdge:
         self._reply(session_key).add(delta)
 
     def text_done(self, session_key: str) -> None:
-        session = self._sessions.get(session_key)
+        session = self.sessions.get(session_key)
         if session.reply is not None:
             session.reply.finish()
             session.reply = None
@@ -160,7 +158,7 @@ class SlackEdge:
         name = defuse(file.name)  # the tool (or the model) chose it: its mentions are made inert
 
         async def share() -> None:
-            address = await self._sessions.address(session_key)
+            address = await self.sessions.address(session_key)
             if address is not None and address.thread_ts is None:
                 await self.threads.post(session_key, f"📎 {name}")  # a heartbeat session: this opens its thread
             error = await self.threads.upload(session_key, file.name, file.content, f"📎 {name}")
@@ -174,7 +172,7 @@ class SlackEdge:
 
         Not in a quiet session (its answer may yet come to nothing), nor before the session has an address
         and a thread (its first post opens it): there the queue posts, and owes, them itself."""
-        state = self._sessions.get(session_key)
+        state = self.sessions.get(session_key)
         address = state.address
         if address is not None and address.quiet_reply is not None:
             state.unsent.clear()
@@ -194,7 +192,7 @@ class SlackEdge:
 
     def turn_finished(self, outcome: TurnOutcome) -> None:
         key = outcome.session_key
-        state = self._sessions.get(key)
+        state = self.sessions.get(key)
         handed, state.handed = state.handed, []
         if outcome.owed_posts:
             # Behind what the queue holds before them, ahead of anything posted later: the order is kept.
@@ -224,7 +222,7 @@ class SlackEdge:
 
     async def close(self, timeout_s: float = 10.0) -> None:
         """Let queued posts finish (the edits they leave behind are flushed by the scheduler's close)."""
-        for key in self._sessions.streaming():
+        for key in self.sessions.streaming():
             self.text_done(key)
         if not await self._queues.drain(timeout_s):
             log.warning("shut down with Slack posts still queued")
@@ -234,37 +232,6 @@ class SlackEdge:
     def busy_sessions(self) -> int:
         return self._queues.busy
 
-    # -- what the events side tells the edge, and asks it (kept in `Sessions`) -------------------
-
-    def remember_address(self, key: str, address: dict[str, Any]) -> None:
-        self._sessions.remember_address(key, address)
-
-    def remember_speaker(self, key: str, user: str) -> None:
-        self._sessions.remember_speaker(key, user)
-
-    def note_request(self, key: str, channel: str, ts: str, user: str) -> None:
-        self._sessions.note_request(key, channel, ts, user)
-
-    def request_session(self, channel: str, ts: str) -> str | None:
-        return self._sessions.request_session(channel, ts)
-
-    async def say(self, channel: str, thread_ts: str, text: str, blocks: list[Block] | None = None) -> str | None:
-        """A line in a thread that is no session's (`ThreadPosts.say`)."""
-        return await self.threads.say(channel, thread_ts, text, blocks)
-
-    async def requesters(self, key: str) -> set[str]:
-        return await self._sessions.requesters(key)
-
-    async def speaker(self, user: str) -> Speaker:
-        return await self._sessions.speaker(user)
-
-    async def user_timezone(self, key: str) -> str | None:
-        return await self._sessions.user_timezone(key)
-
-    def askers(self, *, uses_groups: bool) -> PolicyAskers:
-        """Who the tool policy sees asking in this edge's sessions."""
-        return PolicyAskers(self._client, self._sessions, uses_groups=uses_groups)
-
     # -- internals --------------------------------------------------------------------------
 
     def _put(self, key: str, operation: Operation, *, holdable: bool = True) -> None:
@@ -273,7 +240,7 @@ class SlackEdge:
         self._queues.put(key, self._quiet.holdable(key, operation) if holdable else operation)
 
     def _reply(self, key: str) -> ReplyStream:
-        session = self._sessions.get(key)
+        session = self.sessions.get(key)
         if session.reply is None:
             thread = _AnswerThread(key, session, self.threads, self._edits, self.board, self._put)
             session.reply = reply = ReplyStream(
@@ -294,7 +261,7 @@ class SlackEdge:
 
     def _notice(self, key: str, text: str) -> None:
         line = _Line(text)
-        self._sessions.get(key).unsent.append(line)
+        self.sessions.get(key).unsent.append(line)
 
         async def post() -> None:
             if line.take():

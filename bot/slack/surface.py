@@ -25,13 +25,13 @@ def agent_surface(
     admission: Admission,
 ) -> tuple[HomeTab, AgentThreads]:
     """The home tab reads everything from the store and cancels reminders through the scheduler (which tells
-    the other replicas); who may cancel is the session's requesters, as `SlackEdge.requesters` knows them."""
+    the other replicas); who may cancel is the session's requesters, as `Sessions.requesters` knows them."""
 
     async def cancel_reminder(reminder_id: int, session_key: str) -> Reminder | None:
         return await core.scheduler.cancel(reminder_id, session_key=session_key)
 
     async def requesters(session_key: str) -> set[str]:
-        return await edge.requesters(session_key)
+        return await edge.sessions.requesters(session_key)
 
     home = HomeTab(
         client=client,
