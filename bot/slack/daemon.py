@@ -170,7 +170,12 @@ async def _run(
         app = build_app(settings, client, ingress, me)
         handler, socket = None, None
         if app_token is not None:
-            handler = AsyncSocketModeHandler(app, app_token, ping_interval=settings.bot_socket_ping_interval_s)
+            # The Socket Mode client reads slack_sdk's own errors when it reconnects (a rate-limited
+            # apps.connections.open waits its Retry-After): it gets a plain SDK client, not the project's.
+            sdk_client = AsyncWebClient(base_url=client.base_url, timeout=client.timeout, session=client.session)
+            handler = AsyncSocketModeHandler(
+                app, app_token, web_client=sdk_client, ping_interval=settings.bot_socket_ping_interval_s
+            )
             stack.push_async_callback(handler.close_async)
             socket = SocketHealth(handler.client, metrics, max_silence_s=settings.bot_socket_max_silence_s)
             metrics.gauge("socket_connected", "1 while the Socket Mode connection is up", lambda: socket.connected)
