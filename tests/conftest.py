@@ -34,7 +34,7 @@ __all__ = ["any_store", "pg_dsn", "pg_jobs_dsn", "store_backend", "store_opener"
 pytest_plugins = ["daemon_rig"]  # the daemon-as-a-process fixtures (`world`, `own`) for every module
 
 MODEL = "claude-sonnet-5-5"
-WAIT_S = 10.0
+WAIT_S = 20.0  # an upper bound: generous, so a loaded machine is slow, not failing
 """How long a test waits for a condition before failing; generous, since it only matters when broken."""
 SHUTDOWN_GRACE_S = 0.5
 """What a closing core gives running turns and calls: a test that shuts one down mid-turn need not wait 5 s."""

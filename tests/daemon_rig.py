@@ -34,7 +34,7 @@ from fakes.slack_api import FakeSlack, StoredMessage
 from bot.types import Speaker
 
 ROOT = Path(__file__).resolve().parents[1]
-WAIT_S = 15.0
+WAIT_S = 30.0  # an upper bound: generous, so a loaded machine is slow, not failing
 START_S = 45.0
 """How long a daemon started just now gets to connect: Python with the engine takes seconds to start on a
 loaded machine, and only a broken start takes this long."""

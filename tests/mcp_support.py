@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 SERVER = Path(__file__).resolve().parent / "mcp_server.py"
-WAIT_S = 15.0
+WAIT_S = 30.0  # an upper bound: generous, so a loaded machine is slow, not failing
 
 
 def free_port() -> int:

@@ -16,7 +16,7 @@ from bot.app import Core
 from bot.toolcall import CallStatus, Decision, ToolCall
 
 KEY = "console:approvals"
-WAIT_S = 10.0
+WAIT_S = 20.0  # an upper bound: generous, so a loaded machine is slow, not failing
 
 
 async def asked(core: Core) -> ToolCall:

@@ -20,7 +20,7 @@ from bot.policy import Asker, Policy
 from bot.toolcall import CallStatus, Decision, ToolCall
 
 KEY = "console:questions"
-WAIT_S = 10.0
+WAIT_S = 20.0  # an upper bound: generous, so a loaded machine is slow, not failing
 
 
 async def question(core: Core) -> ToolCall:

@@ -30,7 +30,7 @@ from bot.telemetry.metrics import Metrics
 from bot.toolcall import CallStatus, ProgressKind, ToolCall
 
 MANIFEST = Path(__file__).resolve().parents[1] / "deploy" / "slack-manifest.yml"
-WAIT_S = 10.0
+WAIT_S = 20.0  # an upper bound: generous, so a loaded machine is slow, not failing
 URL = "https://threadbot-test.slack.com/"
 
 

@@ -26,7 +26,7 @@ from bot.slack.output import SlackEdge
 from bot.store import Store
 from bot.telemetry.metrics import Metrics
 
-WAIT_S = 10.0
+WAIT_S = 20.0  # an upper bound: generous, so a loaded machine is slow, not failing
 
 
 @dataclass

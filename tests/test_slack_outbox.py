@@ -23,7 +23,7 @@ from bot.toolcall import CallStatus, ToolCall
 from bot.types import TurnOutcome
 
 KEY = "slack:T1:C1:100.000000"
-WAIT_S = 10.0
+WAIT_S = 20.0  # an upper bound: generous, so a loaded machine is slow, not failing
 
 
 @dataclass
