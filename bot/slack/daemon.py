@@ -30,6 +30,7 @@ from bot.errors import ConfigError, ThreadbotError
 from bot.policy import Policy
 from bot.schedule.heartbeat import HEARTBEAT_SESSION_PREFIX
 from bot.slack.admission import Admission
+from bot.slack.agent_session import AgentSessions
 from bot.slack.app import (
     REQUEST_TIMEOUT_S,
     Identity,
@@ -43,6 +44,7 @@ from bot.slack.approvals import ApprovalButtons
 from bot.slack.cancel import Canceller
 from bot.slack.edits import EditScheduler
 from bot.slack.events import INJECTION_REACTION, ClusterHooks, MessageRouter
+from bot.slack.feedback_clicks import FeedbackButtons
 from bot.slack.filters import SESSION_PREFIX
 from bot.slack.health import SocketHealth, daemon_health
 from bot.slack.journal import FinalJournal
@@ -124,6 +126,7 @@ async def _run(
             posts=posts,
             upload_over_chars=settings.bot_upload_over_chars,
             tracing=telemetry.tracing,
+            agent_sessions=(agent_sessions := AgentSessions(client)),
         )
 
         def owns(key: str) -> bool:
@@ -157,6 +160,7 @@ async def _run(
             )
         )
         edge.attach(core.store)
+        agent_sessions.start()
         edits.keep_finals(FinalJournal(core.store))
         if node is None:
             await edge.resume()
@@ -256,6 +260,7 @@ def _ingress(
         metrics=metrics,
         forward=forward if node is not None else None,
         admission=admission,
+        store=core.store,
     )
     approvals = ApprovalButtons(
         client=client,
@@ -292,6 +297,7 @@ def _ingress(
         tracing=telemetry.tracing,
         home=home,
         threads=threads,
+        feedback=FeedbackButtons(client=client, store=core.store, admission=admission, metrics=metrics),
     )
 
 
@@ -318,6 +324,8 @@ async def _join_cluster(
 
     def live(replicas: int) -> None:
         edits.share_budget(replicas)
+        if edge.agent_sessions is not None:
+            edge.agent_sessions.share_budget(replicas)
         if ingress.home is not None:
             ingress.home.share_budget(replicas)
 
