@@ -9,8 +9,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from fakes.slack_api import FakeSlack
 from fakes.slack_agent import STOPPED_WARNING
+from fakes.slack_api import FakeSlack
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.clock import utcnow
