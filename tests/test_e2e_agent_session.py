@@ -20,6 +20,7 @@ from daemon_rig import WAIT_S, World, mention, wait_status, wait_text
 from fakes.anthropic_api import Reply, tool_use
 from fakes.slack_agent import AgentSession
 from fakes.slack_api import FakeSlack, StoredMessage
+from test_crash import kill, restart
 
 from bot.slack.cancel import NOT_ADMITTED, NOT_YOURS
 
@@ -150,3 +151,19 @@ async def test_an_app_that_is_no_agent_says_so_once_and_answers_as_before(own: W
     lines = [line for line in daemon.log().splitlines() if "agents.sessions.setStatus" in line]
     assert len(lines) == 1 and "not declared an agent" in lines[0], daemon.log()
     assert json.dumps(slack.calls_to("assistant.threads.setStatus")[0].params), "the thinking status as before"
+
+
+async def test_after_a_kill_a_thread_left_processing_is_settled(own: World) -> None:
+    slack, daemon = own.slack, own.daemon
+    daemon.env.update(BOT_YIELD_STRATEGY="on_timeout:200")
+    long = tool_use("sleep_for", {"seconds": 120})
+    own.script.add("orphan sleep", Reply.tools(long), Reply.text_only("It runs in the background."))
+    await daemon.start()
+    await daemon.connected()
+    event = await mention(slack, "C1", "orphan sleep")
+    await wait_text(slack, "C1", event["ts"], "It runs in the background.")
+    session = await session_in(slack, "C1", event["ts"], "processing")
+    assert session.statuses == ["processing"], "the turn ended, its call runs on: Stop stays"
+    await kill(daemon)
+    await restart(daemon)
+    await session_in(slack, "C1", event["ts"], "active")

@@ -168,8 +168,8 @@ class AgentSessions:
             self._wake.clear()
             while self._dirty and not self.refused:
                 key = next(iter(self._dirty))
-                if await self._current(key) == self._session(key).sent:
-                    self._dirty.pop(key, None)  # nothing new to say: no token spent
+                if await self._target(key) is None or await self._current(key) == self._session(key).sent:
+                    self._dirty.pop(key, None)  # nowhere to say it, or nothing new: no token spent
                     continue
                 await self._take_token()
                 self._dirty.pop(key, None)

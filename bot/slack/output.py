@@ -266,6 +266,9 @@ class SlackEdge:
         """At start: show calls a previous process left unfinished as 👻 on the status messages they were on."""
         if not orphans or self._store is None:
             return
+        if self.agent_sessions is not None:  # their threads may still show `processing`, and Stop, from before
+            for orphan in orphans:
+                self.agent_sessions.call_changed(orphan)
         for place, calls in (await self._store.displays_of([call.id for call in orphans])).items():
             channel, _, ts = place.partition(":")
             # A new process knows nothing of the ids shown: a revision of its own, unlike any number before.
