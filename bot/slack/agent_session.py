@@ -168,14 +168,21 @@ class AgentSessions:
             self._wake.clear()
             while self._dirty and not self.refused:
                 key = next(iter(self._dirty))
-                if await self._target(key) is None or await self._current(key) == self._session(key).sent:
-                    self._dirty.pop(key, None)  # nowhere to say it, or nothing new: no token spent
-                    continue
-                await self._take_token()
-                self._dirty.pop(key, None)
-                await self._send(key)
+                try:
+                    await self._next(key)
+                except Exception:  # a store that failed a read: this status is lost, not every later one
+                    log.exception("the agent session status of %s was not sent", key)
+                    self._dirty.pop(key, None)
             if not self._dirty:
                 self._idle.set()
+
+    async def _next(self, key: str) -> None:
+        if await self._target(key) is None or await self._current(key) == self._session(key).sent:
+            self._dirty.pop(key, None)  # nowhere to say it, or nothing new: no token spent
+            return
+        await self._take_token()
+        self._dirty.pop(key, None)
+        await self._send(key)
 
     async def _take_token(self) -> None:
         wait_s = self._bucket.wait_s(time.monotonic())
@@ -184,12 +191,13 @@ class AgentSessions:
         self._bucket.take(time.monotonic())
 
     async def _current(self, key: str) -> SessionStatus:
+        """The status from the live calls; the store is asked for the session's waits only when nothing else decides."""
         session = self._session(key)
         calls = list(session.calls.values())
         status = status_of(turn_running=session.turn_running, calls=calls, waiting_for_itself=False)
-        if status is SessionStatus.ACTIVE and await self._waits(key):
-            return SessionStatus.SUSPENDED
-        return status
+        if status is not SessionStatus.ACTIVE:
+            return status
+        return status_of(turn_running=False, calls=calls, waiting_for_itself=await self._waits(key))
 
     async def _waits(self, key: str) -> bool:
         """Whether the session has a wake-up pending (its own `wait_for` / `wait_until`)."""
