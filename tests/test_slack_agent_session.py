@@ -14,6 +14,7 @@ from fakes.slack_api import FakeSlack
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.clock import utcnow
+from bot.errors import SlackResponseError
 from bot.slack.agent_session import AgentSessions, SessionStatus, status_of
 from bot.store import NewReminder, ReminderKind, SqliteStore, Store
 from bot.toolcall import CallStatus, Decision, ToolCall
@@ -209,3 +210,29 @@ def test_the_budget_is_shared_by_the_live_replicas(client: AsyncWebClient) -> No
     sessions = AgentSessions(client, per_minute=40.0)
     sessions.share_budget(4)
     assert sessions._bucket.rate == pytest.approx(10.0 / 60.0)
+
+
+# --- the fake, as Slack documents the method --------------------------------------------------------------------
+
+
+async def test_the_fake_keeps_sessions_as_slack_documents_them(slack: FakeSlack, client: AsyncWebClient) -> None:
+    with pytest.raises(SlackResponseError, match="invalid_arguments"):
+        await client.agents_sessions_setStatus(channel_id=CHANNEL, thread_ts=THREAD, status="thinking")
+    with pytest.raises(SlackResponseError, match="invalid_arguments"):
+        await client.agents_sessions_setStatus(channel_id=CHANNEL, thread_ts=THREAD, status="active", title="x" * 201)
+    await client.agents_sessions_setStatus(
+        channel_id=CHANNEL, thread_ts=THREAD, status="processing", title="First", initiator_user_id="U1"
+    )
+    answer = await client.agents_sessions_setStatus(channel_id=CHANNEL, thread_ts=THREAD, status="active", title="2nd")
+    assert answer.get("warning") is None
+    session = slack.agent.session_of(CHANNEL, THREAD)
+    assert session is not None and (session.title, session.statuses) == ("First", ["processing", "active"])
+    with pytest.raises(AssertionError, match="not processing"):
+        slack.agent.agent_session_stopped("U1", CHANNEL, THREAD)  # Slack shows Stop only while processing
+    slack.agent.stopped_subscribed = False
+    answer = await client.agents_sessions_setStatus(channel_id=CHANNEL, thread_ts=THREAD, status="processing")
+    assert answer.get("warning") == STOPPED_WARNING
+    assert slack.agent.agent_session_stopped("U1", CHANNEL, THREAD)["streaming_message_ts"] == []
+    slack.agent.refuse_agent_methods = "not_authorized"
+    with pytest.raises(SlackResponseError, match="not_authorized"):
+        await client.agents_sessions_setStatus(channel_id=CHANNEL, thread_ts=THREAD, status="active")
