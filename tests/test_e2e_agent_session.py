@@ -133,6 +133,8 @@ async def test_feedback_is_stored_with_the_turn_and_model_and_counted(own: World
         metrics = await response.text()
     assert 'threadbot_feedback_total{rating="bad"} 1.0' in metrics
     assert 'threadbot_feedback_total{rating="good"} 1.0' in metrics
+    sent = [line for line in metrics.splitlines() if line.startswith("threadbot_agent_session_statuses_sent ")]
+    assert sent and float(sent[0].split()[1]) >= 1.0, "the thread's session status went out"
 
 
 async def test_an_app_that_is_no_agent_says_so_once_and_answers_as_before(own: World) -> None:
