@@ -255,7 +255,7 @@ class SlackEdge:
                 owed = functools.partial(self.threads.hand_over, key, outcome.owed_posts)
             self._put(key, owed, holdable=False)
         self.text_done(key)  # a turn cancelled mid-answer never said text_done: seal what was shown
-        if (answer := state.last_reply) is not None and outcome.turn_id and not outcome.cancelled_by:
+        if (answer := state.last_reply) is not None and outcome.turn_id and not (outcome.cancelled_by or outcome.error):
             self._put(key, functools.partial(answer.close_with, feedback_block(outcome.turn_id)))
         if outcome.cancelled_by:
             self._notice(key, f"🛑 Stopped by {who(outcome.cancelled_by)}.")
