@@ -83,7 +83,8 @@ COMMANDS = {
         "tokens and estimated cost of the model calls",
         "Print the tokens of the model calls booked in the database (uncached input, output, cache reads and "
         "writes, the share read from the cache) and an estimated cost from the price table, one row per day, "
-        "channel, user, model or session and model.",
+        "channel, user, model or session and model. --feedback prints instead how people rated the answers "
+        "(their feedback buttons): 👍 and 👎 per model, and the latest ratings with who gave them and the turn.",
     ),
     "audit": (
         "the audit trail of tool calls",
@@ -153,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     usage.add_argument(
         "--by", default="day", choices=["day", "channel", "user", "model", "session"], help="group rows (default day)"
     )
+    usage.add_argument("--feedback", action="store_true", help="the answers' ratings per model instead of tokens")
     audit = command("audit")
     audit.add_argument("--since", default="7d", help="how far back: 30m, 24h, 7d, 2w or all (default 7d)")
     audit.add_argument("--user", help="only calls this Slack user id asked for")
@@ -214,7 +216,7 @@ async def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "usage":
         from bot.usage_report import usage_report
 
-        return await usage_report(settings, since=args.since, by=args.by)
+        return await usage_report(settings, since=args.since, by=args.by, feedback=args.feedback)
     if args.command == "audit":
         from bot.audit_report import audit_report
 

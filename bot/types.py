@@ -121,6 +121,8 @@ class TurnOutcome:
     usage: Usage = Usage()
     owed_posts: list[int] = field(default_factory=list)
     """The store's ids of the `EngineOutput.owed_posts` the turn's last save owed, in order: the edge's to deliver."""
+    turn_id: str | None = None
+    """The turn's id in the store (`session#n`); None when the turn failed before it had one."""
 
 
 @dataclass(frozen=True, slots=True)

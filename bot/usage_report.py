@@ -4,6 +4,7 @@ One row per group (day, channel, user, model or session) and model, with the
 tokens of each kind, the share of input read from the prompt cache, and an
 estimated cost from the price table (`bot.model.prices`, `BOT_MODEL_PRICES`). Below it, who is
 near a quota today: a daily token budget, their pending reminders, a thread's self-wakes.
+With `--feedback`, how people rated the answers instead: 👍 and 👎 per model, and the latest ratings.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from bot.config import Settings
 from bot.model.prices import Price
 from bot.quotas import Quotas, day_start, reset_text
 from bot.store import Store, open_store
+from bot.store.feedback import FeedbackRecord, FeedbackTally, Rating
 from bot.store.usage import UsageGrouping, UsageRow
 from bot.types import Usage
 
@@ -24,6 +26,8 @@ _SPAN = re.compile(r"(\d+)([mhdw])")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 NEAR_SHARE = 0.8
 """From what share of a quota a person, channel or thread is listed as near it."""
+FEEDBACK_HEADERS = ("model", "👍", "👎", "👍 share")
+RECENT_FEEDBACK = 10
 HEADERS = ("{by}", "model", "calls", "input", "output", "cache read", "cache write", "cached", "est. cost")
 
 
@@ -116,8 +120,24 @@ def render_limits(near: list[NearLimit], now: datetime) -> str:
     return "\n".join([*lines, *(f"  {item.line()}" for item in near)])
 
 
-async def usage_report(settings: Settings, *, since: str, by: str) -> int:
-    """Print the table; 2 for a bad argument, 0 otherwise (an empty book prints an empty table)."""
+def render_feedback(tallies: list[FeedbackTally], recent: list[FeedbackRecord]) -> str:
+    """The ratings per model with a total line, then the latest ones (when, who, how, which turn)."""
+    lines = [list(FEEDBACK_HEADERS)]
+    for tally in [*tallies, FeedbackTally("total", sum(t.good for t in tallies), sum(t.bad for t in tallies))]:
+        rated = tally.good + tally.bad
+        lines.append([tally.model, str(tally.good), str(tally.bad), f"{tally.good / rated:.0%}" if rated else "-"])
+    widths = [max(len(cell) for cell in column) for column in zip(*lines, strict=True)]
+    table = "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)) for line in lines)
+    if not recent:
+        return f"{table}\n\nno answers rated yet"
+    faces = {Rating.GOOD: "👍", Rating.BAD: "👎"}
+    latest = [f"  {r.at:%Y-%m-%d %H:%M}  {faces[r.rating]}  {r.user}  {r.model}  {r.turn_id}" for r in recent]
+    return "\n".join([table, "", f"latest {len(recent)} ratings (UTC):", *latest])
+
+
+async def usage_report(settings: Settings, *, since: str, by: str, feedback: bool = False) -> int:
+    """Print the table (or, with `feedback`, the answers' ratings); 2 for a bad argument, 0 otherwise (an empty
+    book prints an empty table)."""
     try:
         start = parse_since(since, utcnow())
         grouping = UsageGrouping(by)
@@ -126,6 +146,14 @@ async def usage_report(settings: Settings, *, since: str, by: str) -> int:
         return 2
     now = utcnow()
     store = await open_store(settings)
+    if feedback:
+        try:
+            tallies = await store.feedback_by_model(since=start)
+            recent = await store.recent_feedback(since=start, limit=RECENT_FEEDBACK)
+        finally:
+            await store.close()
+        print(render_feedback(tallies, recent))
+        return 0
     try:
         rows = await store.usage_by(grouping, since=start)
         near = await near_limits(store, settings.quotas, now)

@@ -116,13 +116,14 @@ async def test_final_states_owed_at_a_stop_are_painted_after_the_restart(
     )
     for channel, ts in threads:
         await wait_text(slack, channel, ts, "Awake.")
-    await slack.wait_for(lambda: owed(daemon, edits=True) == THREADS, WAIT_S, "every final owed in the store")
+    # Each thread owes two finals: its status message's, and its answer's with the feedback buttons.
+    await slack.wait_for(lambda: owed(daemon, edits=True) == 2 * THREADS, WAIT_S, "every final owed in the store")
     if stop == "SIGTERM":
         assert await daemon.stop(timeout_s=60) == 0
         assert "kept in the store for the next start" in daemon.log()
     else:
         await kill(daemon)
-    assert integrity(daemon) == "ok" and owed(daemon, edits=True) == THREADS
+    assert integrity(daemon) == "ok" and owed(daemon, edits=True) == 2 * THREADS
 
     slack.clear_failures()
     await daemon.start()
@@ -130,7 +131,14 @@ async def test_final_states_owed_at_a_stop_are_painted_after_the_restart(
     for channel, ts in threads:
         [status] = status_posts(slack, channel, ts)
         await slack.wait_for(lambda: "✅" in status.text, 60, "the final state, after the restart")  # noqa: B023
-        assert [m.text for m in bot_posts(slack, channel, ts)][1:] == ["Awake."]
+        answers = bot_posts(slack, channel, ts)[1:]
+        assert [m.text for m in answers] == ["Awake."]
+        answer = answers[0]
+        await slack.wait_for(
+            lambda: any(b.get("type") == "context_actions" for b in answer.blocks or []),  # noqa: B023
+            60,
+            "its feedback buttons",
+        )
     await slack.wait_for(lambda: owed(daemon, edits=True) == 0, WAIT_S, "the outbox emptied")
     assert await daemon.stop() == 0
 

@@ -499,3 +499,20 @@ async def test_every_update_of_a_status_message_has_new_block_ids(rig: Rig) -> N
     ids = [tuple(block["block_id"] for block in revision.blocks or []) for revision in status.history]
     assert len(ids) >= 4 and len(set(ids)) == len(ids), ids
     assert all(block_id.startswith("call:toolu_r:") for revision in ids for block_id in revision)
+
+
+async def test_only_the_turns_final_answer_gets_feedback_buttons(rig: Rig) -> None:
+    rig.edge.turn_started(KEY)
+    rig.edge.text_delta(KEY, "Let me look.")
+    rig.edge.text_done(KEY)  # a preamble: tool calls follow
+    rig.edge.text_delta(KEY, "Found it.")
+    rig.edge.text_done(KEY)
+    rig.edge.turn_finished(TurnOutcome(KEY, text="Found it.", turn_id=f"{KEY}#1"))
+    rig.edge.turn_started(KEY)
+    rig.edge.text_delta(KEY, "Half an ans")
+    rig.edge.turn_finished(TurnOutcome(KEY, text="Half an ans", turn_id=f"{KEY}#2", cancelled_by="U1"))
+    await rig.settle()
+    rated = {m.text: [b for b in m.blocks or [] if b.get("type") == "context_actions"] for m in rig.posts()}
+    assert not rated["Let me look."] and not rated["Half an ans"]
+    [buttons] = rated["Found it."]
+    assert buttons["elements"][0]["positive_button"]["value"] == f"good {KEY}#1"

@@ -147,7 +147,7 @@ class TurnRunner:
         self._output.turn_started(key)
         try:
             await self._store.ensure_session(key)
-            turn_id = f"{key}#{await self._store.next_turn(key)}"
+            turn_id = outcome.turn_id = f"{key}#{await self._store.next_turn(key)}"
             messages = await self._store.load_messages(key)
             conversation = _Conversation(key, turn_id, messages, persisted=len(messages))
             opening = await self._repair_blocks(messages) + await self._late_result_blocks(conversation, exclude=set())

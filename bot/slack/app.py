@@ -34,6 +34,8 @@ from bot.slack.approvals import ApprovalButtons
 from bot.slack.cancel import Canceller
 from bot.slack.client import SlackClient
 from bot.slack.events import MessageRouter
+from bot.slack.feedback import FEEDBACK_ACTION
+from bot.slack.feedback_clicks import FeedbackButtons
 from bot.slack.forget import FORGET_ACTION
 from bot.slack.home import HomeTab
 from bot.slack.home_view import CANCEL_REMINDER_ACTION
@@ -198,9 +200,12 @@ class Ingress:
         tracing: Tracing | None = None,
         home: HomeTab | None = None,
         threads: AgentThreads | None = None,
+        feedback: FeedbackButtons | None = None,
     ) -> None:
         """`ack_after`: the coordination seam's `shared` (bot/coordination.py); `home` and `threads` are the agent
-        surface (App Home; suggested prompts and titles), when wired."""
+        surface (App Home; suggested prompts and titles), when wired; `feedback`
+        takes the clicks on answers' feedback buttons."""
+        self._feedback = feedback
         self._tracing = tracing or Tracing()
         self.router = router
         self.home = home
@@ -248,6 +253,16 @@ class Ingress:
         self._metrics.inc("events_received_total")
         if self._threads is not None:
             self.tasks.spawn(self._threads.thread_started(body), "slack-prompts")
+
+    async def session_stopped(self, body: dict[str, Any]) -> None:
+        """`agent_session_stopped`: the Stop button of a thread's agent session."""
+        self._metrics.inc("events_received_total")
+        await self._handle(self._canceller.on_session_stopped(body), f"slack-stop:{body.get('event_id')}")
+
+    async def feedback_button(self, body: dict[str, Any]) -> None:
+        self._metrics.inc("events_received_total")
+        if self._feedback is not None:
+            await self._handle(self._feedback.on_click(body), "slack-feedback-button")
 
     async def reminder_button(self, body: dict[str, Any]) -> None:
         self._metrics.inc("events_received_total")
@@ -387,13 +402,17 @@ def build_app(settings: Settings, client: AsyncWebClient, ingress: Ingress, me: 
 
 
 def _listen_as_agent(app: AsyncApp, ingress: Ingress) -> None:
-    """The agent surface's listeners: App Home and DM openings, new assistant threads, a reminder's Cancel."""
+    """The agent surface's listeners: App Home and DM openings, new assistant threads, a session's Stop, an
+    answer's feedback, a reminder's Cancel."""
 
     async def on_home_opened(body: dict[str, Any]) -> None:
         await ingress.home_opened(body)
 
     async def on_thread_started(body: dict[str, Any]) -> None:
         await ingress.thread_started(body)
+
+    async def on_session_stopped(body: dict[str, Any]) -> None:
+        await ingress.session_stopped(body)
 
     async def on_reminder_button(ack: AsyncAck, body: dict[str, Any]) -> None:
         if not ingress.ack_after:
@@ -404,4 +423,14 @@ def _listen_as_agent(app: AsyncApp, ingress: Ingress) -> None:
 
     app.event("app_home_opened")(on_home_opened)
     app.event("assistant_thread_started")(on_thread_started)
+    app.event("agent_session_stopped")(on_session_stopped)
+
+    async def on_feedback(ack: AsyncAck, body: dict[str, Any]) -> None:
+        if not ingress.ack_after:
+            await ack()
+        await ingress.feedback_button(body)
+        if ingress.ack_after:
+            await ack()
+
+    app.action(FEEDBACK_ACTION)(on_feedback)
     app.action(CANCEL_REMINDER_ACTION)(on_reminder_button)

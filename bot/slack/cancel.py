@@ -2,7 +2,9 @@
 
 A cancel reaction (`BOT_CANCEL_REACTIONS`) on a status message cancels the calls it
 still shows as running; on the user message that started a turn it cancels the
-whole turn. The button cancels its one call. Only the session's requester (or the
+whole turn. The button cancels its one call. Slack's own Stop button of an agent session
+(`agent_session_stopped`, bot/slack/agent_session.py) stops the thread's turn and calls like a
+`stop` reply, and its status is then sent again. Only the session's requester (or the
 current turn's) and users listed in `BOT_ALLOWED_USERS` may cancel; anyone else is
 ignored (a button press gets a private explanation). The status message then shows
 who cancelled, through the normal call_changed path.
@@ -28,9 +30,11 @@ from bot.config import Settings
 from bot.coordination import Coordination
 from bot.errors import SlackResponseError
 from bot.slack.admission import Admission, team_of
-from bot.slack.filters import may_cancel
+from bot.slack.agent_session import AgentSessions
+from bot.slack.filters import may_cancel, session_key
 from bot.slack.sessions import Sessions
 from bot.slack.status import StatusBoard
+from bot.store import Store
 from bot.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -52,10 +56,15 @@ class Canceller:
         metrics: Metrics,
         coordination: Coordination,
         admission: Admission | None = None,
+        store: Store | None = None,
+        agent_sessions: AgentSessions | None = None,
     ) -> None:
         """A cancel is handed to `coordination` first, which relays it to every process when the work may
-        be another's (its relayed copy comes back `forwarded`); alone, it is acted on here."""
+        be another's (its relayed copy comes back `forwarded`); alone, it is acted on here. `store` finds
+        the session of a thread Slack names (a Stop); `agent_sessions` is told when one stops."""
         self._coordination = coordination
+        self._store = store
+        self._agent_sessions = agent_sessions
         self._admission = admission or Admission.of(settings)
         self._client = client
         self._engine = engine
@@ -110,6 +119,32 @@ class Canceller:
             self._metrics.inc("cancels_total")
             await self._registry.cancel(call_id, session_key=call.session_key, by=user)
 
+    async def on_session_stopped(self, body: dict[str, Any]) -> None:
+        """`agent_session_stopped`: someone pressed Stop in a thread; its turn and calls stop wherever they run.
+
+        Slack does not move the session off `processing` by itself: its status is sent again here, and by
+        whichever replica ends the turn."""
+        event = body.get("event") or {}
+        user, channel = str(event.get("user") or ""), str(event.get("channel") or "")
+        thread_ts = str(event.get("thread_ts") or "")
+        team = str(body.get("team_id") or event.get("team") or "")
+        if not user or not channel or not thread_ts:
+            return
+        if not self._admission.admits(user, team=team_of(event) or team, channel=channel):
+            log.info("ignoring a Stop by %s: not someone the bot answers", user)
+            return
+        thread = session_key(team, channel, thread_ts)
+        key = await self._store.resolve(thread) if self._store is not None else thread
+        if key is None:
+            return
+        if not await self._permitted(user, key):
+            await _ephemeral(self._client, channel, user, NOT_YOURS, thread_ts)
+            return
+        self._metrics.inc("cancels_total")
+        await self.cancel_turn(key, by=user)
+        if self._agent_sessions is not None:
+            self._agent_sessions.settle(key)
+
     async def cancel_turn(self, session_key: str, *, by: str) -> None:
         """Stop the session's turn and calls, wherever they run; the caller checked the permission."""
         if not await self._coordination.relay("cancel", {"session_key": session_key, "by": by}):
@@ -131,9 +166,12 @@ async def explain(client: AsyncWebClient, body: dict[str, Any], user: str, text:
     """A private answer to whoever pressed a button, in the thread it is in."""
     container = body.get("container") or {}
     channel = container.get("channel_id") or (body.get("channel") or {}).get("id")
-    if not channel:
-        return
+    if channel:
+        await _ephemeral(client, channel, user, text, container.get("thread_ts"))
+
+
+async def _ephemeral(client: AsyncWebClient, channel: str, user: str, text: str, thread_ts: str | None) -> None:
     try:
-        await client.chat_postEphemeral(channel=channel, user=user, text=text, thread_ts=container.get("thread_ts"))
+        await client.chat_postEphemeral(channel=channel, user=user, text=text, thread_ts=thread_ts)
     except SlackResponseError as exc:
         log.info("chat.postEphemeral failed: %s", exc.error)

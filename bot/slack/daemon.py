@@ -30,6 +30,7 @@ from bot.coordination import Crew
 from bot.errors import ConfigError, ThreadbotError
 from bot.schedule.heartbeat import HEARTBEAT_SESSION_PREFIX
 from bot.slack.admission import Admission
+from bot.slack.agent_session import AgentSessions
 from bot.slack.app import (
     REQUEST_TIMEOUT_S,
     Identity,
@@ -44,6 +45,7 @@ from bot.slack.askers import PolicyAskers
 from bot.slack.cancel import Canceller
 from bot.slack.edits import EditScheduler
 from bot.slack.events import INJECTION_REACTION, MessageRouter
+from bot.slack.feedback_clicks import FeedbackButtons
 from bot.slack.filters import SESSION_PREFIX
 from bot.slack.health import SocketHealth, daemon_health
 from bot.slack.journal import FinalJournal
@@ -128,6 +130,7 @@ async def _run(
             posts=posts,
             upload_over_chars=settings.bot_upload_over_chars,
             tracing=telemetry.tracing,
+            agent_sessions=(agent_sessions := AgentSessions(client, ground.store)),
         )
 
         def owns(key: str) -> bool:
@@ -154,6 +157,7 @@ async def _run(
                 telemetry=telemetry,
             )
         )
+        agent_sessions.start()
         ingress = _ingress(settings, client, core, edge, me, telemetry)
         await edge.resume()
         await edge.repaint(core.orphans)
@@ -258,6 +262,8 @@ def _ingress(
         metrics=metrics,
         coordination=coordination,
         admission=admission,
+        store=core.store,
+        agent_sessions=edge.agent_sessions,
     )
     approvals = ApprovalButtons(
         client=client,
@@ -290,6 +296,7 @@ def _ingress(
         tracing=telemetry.tracing,
         home=home,
         threads=threads,
+        feedback=FeedbackButtons(client=client, store=core.store, admission=admission, metrics=metrics),
     )
 
 
@@ -308,6 +315,8 @@ class _SlackDuties:
 
     def share_budget(self, processes: int) -> None:
         self._edge.share_budget(processes)
+        if self._edge.agent_sessions is not None:
+            self._edge.agent_sessions.share_budget(processes)
         if self._ingress.home is not None:
             self._ingress.home.share_budget(processes)
 
@@ -346,6 +355,8 @@ def _gauges(
     metrics.gauge("slack_posts_handed_back", "posts handed to the outbox", lambda: posts.stats.failed)
     metrics.gauge("slack_posts_rejected", "posts Slack refused for good", lambda: posts.stats.rejected)
     metrics.gauge("slack_posts_owed", "posts kept in the outbox until Slack has them", lambda: edge.outbox_owed)
+    if (sessions := edge.agent_sessions) is not None:
+        metrics.gauge("agent_session_statuses_sent", "agent session statuses that landed", lambda: sessions.sent)
     _token_counters(metrics, core)
 
 

@@ -30,6 +30,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.agent.engine import Delivery, Engine
 from bot.agent.fence import said
 from bot.agent.protocol import text_block
+from bot.calls.summary import one_line
 from bot.clock import utcnow
 from bot.concurrency import TaskSet
 from bot.config import Settings
@@ -42,6 +43,7 @@ from bot.slack.filters import Incoming, addressed, classify, deleted_message, ma
 from bot.slack.forget import ForgetDialog
 from bot.slack.history import thread_context, with_context
 from bot.slack.output import SlackEdge
+from bot.slack.prompts import TITLE_CHARS
 from bot.slack.queues import KeyedLocks
 from bot.slack.sessions import Sessions
 from bot.store import Store
@@ -164,7 +166,8 @@ class MessageRouter:
             return
         if session_key is not None and await self._answered(session_key, incoming, keys):
             return
-        address = {"speaker": incoming.user} if session_key is not None else self._new_address(incoming)
+        new_address = self._new_address(incoming, self._bot_user_id)
+        address = {"speaker": incoming.user} if session_key is not None else new_address
         # One of the four mode branches outside the seam: a replica acks only once the claim has committed, so
         # it reads the thread before claiming; one process claims first (it acked already) and reads after.
         if self._coordination.shared:
@@ -302,7 +305,9 @@ class MessageRouter:
             self._sessions.remember_speaker(session_key, incoming.user)
 
     @staticmethod
-    def _new_address(incoming: Incoming) -> dict[str, Any]:
+    def _new_address(incoming: Incoming, bot_user_id: str) -> dict[str, Any]:
+        """Where the session lives and who started it; its first request, on one line, is its title in Slack."""
+        title = one_line(strip_mention(incoming.text, bot_user_id), TITLE_CHARS)
         return {
             "edge": "slack",
             "team": incoming.team,
@@ -310,6 +315,7 @@ class MessageRouter:
             "thread_ts": incoming.thread_ts,
             "requester": incoming.user,
             "speaker": incoming.user,
+            **({"title": title} if title else {}),
         }
 
     async def _deliver(

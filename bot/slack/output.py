@@ -30,7 +30,9 @@ from dataclasses import dataclass
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.calls.summary import arguments_text
+from bot.slack.agent_session import AgentSessions
 from bot.slack.edits import EditScheduler
+from bot.slack.feedback import feedback_block
 from bot.slack.posts import PostQueue
 from bot.slack.queues import Operation, SerialQueues
 from bot.slack.quiet import QuietHold
@@ -77,10 +79,13 @@ class SlackEdge:
         first_post_wait_s: float = FIRST_POST_WAIT_S,
         upload_over_chars: int = UPLOAD_OVER_CHARS,
         tracing: Tracing | None = None,
+        agent_sessions: AgentSessions | None = None,
     ) -> None:
         """`posts` should use a client without the SDK's 429 retries (see `build_client`); by default, `client`.
         `shared` (a cluster's replica): who may cancel is read from the store, since a turn may have started
-        on another replica."""
+        on another replica.
+        With `agent_sessions`, each thread's agent session status follows what runs in it."""
+        self.agent_sessions = agent_sessions
         self._tracing = tracing or Tracing()
         self._client = client
         self._posts = posts or PostQueue(client)
@@ -115,6 +120,9 @@ class SlackEdge:
     # -- EngineOutput -----------------------------------------------------------------------
 
     def turn_started(self, session_key: str) -> None:
+        if self.agent_sessions is not None:
+            self.agent_sessions.turn_started(session_key)
+        self.sessions.get(session_key).last_reply = None
         self._put(session_key, lambda: self._quiet.hold_if_quiet(session_key), holdable=False)
 
     def model_call_started(self, session_key: str) -> None:
@@ -131,6 +139,8 @@ class SlackEdge:
             session.reply = None
 
     def calls_started(self, session_key: str, calls: list[ToolCall]) -> None:
+        if self.agent_sessions is not None:
+            self.agent_sessions.calls_started(session_key, calls)
         message = self.board.start(session_key, calls)
         self._put(session_key, lambda: self._post_status(session_key, message))
         for call in calls:  # arguments too long for the status line, shared once, when the call first asks
@@ -138,6 +148,8 @@ class SlackEdge:
                 self.file_shared(session_key, SharedFile(name, arguments_text(call).encode(), "text/plain"))
 
     def call_changed(self, call: ToolCall) -> None:
+        if self.agent_sessions is not None:
+            self.agent_sessions.call_changed(call)
         if not self.board.changed(call) and call.is_final and call.approvers:
             # Asked for before a restart (or on a gone replica): its message was posted by another process.
             self._put(call.session_key, functools.partial(self.repaint, [call]), holdable=False)
@@ -192,6 +204,8 @@ class SlackEdge:
 
     def turn_finished(self, outcome: TurnOutcome) -> None:
         key = outcome.session_key
+        if self.agent_sessions is not None:
+            self.agent_sessions.turn_finished(key)
         state = self.sessions.get(key)
         handed, state.handed = state.handed, []
         if outcome.owed_posts:
@@ -205,6 +219,8 @@ class SlackEdge:
                 owed = functools.partial(self.threads.hand_over, key, outcome.owed_posts)
             self._put(key, owed, holdable=False)
         self.text_done(key)  # a turn cancelled mid-answer never said text_done: seal what was shown
+        if (answer := state.last_reply) is not None and outcome.turn_id and not (outcome.cancelled_by or outcome.error):
+            self._put(key, functools.partial(answer.close_with, feedback_block(outcome.turn_id)))
         if outcome.cancelled_by:
             self._notice(key, f"🛑 Stopped by {who(outcome.cancelled_by)}.")
         self._put(key, lambda: self._thinking.show(key, False))
@@ -214,6 +230,9 @@ class SlackEdge:
         """At start: show calls a previous process left unfinished as 👻 on the status messages they were on."""
         if not orphans:
             return
+        if self.agent_sessions is not None:  # their threads may still show `processing`, and Stop, from before
+            for orphan in orphans:
+                self.agent_sessions.call_changed(orphan)
         for place, calls in (await self._store.displays_of([call.id for call in orphans])).items():
             channel, _, ts = place.partition(":")
             # A new process knows nothing of the ids shown: a revision of its own, unlike any number before.
@@ -227,6 +246,8 @@ class SlackEdge:
         if not await self._queues.drain(timeout_s):
             log.warning("shut down with Slack posts still queued")
         await self.threads.close(timeout_s / 2)
+        if self.agent_sessions is not None:
+            await self.agent_sessions.close(timeout_s / 2)
 
     @property
     def busy_sessions(self) -> int:
@@ -247,6 +268,7 @@ class SlackEdge:
                 thread, first_post_wait_s=self._first_post_wait_s, overflow_chars=self._upload_over_chars
             )
             session.unsent.append(reply)
+            session.last_reply = reply
         return session.reply
 
     def _repost_status(self, message: StatusMessage) -> None:

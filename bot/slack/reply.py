@@ -28,7 +28,9 @@ Complete parts not posted yet when the turn ends are handed over (`owe_rest`) to
 by the turn's last save, and never posted here.
 When the answer ends while its calls' final states are still queued behind the edit
 budget, its last part carries those outcomes, so it never sits next to a status
-message that still reads "running".
+message that still reads "running". The turn's final answer gets its feedback buttons
+(`close_with`) under its last part once the turn ends, in the edit that seals it if that
+one is still waiting for the budget.
 
 An answer that grows past `overflow_chars` stops growing in Slack: the parts
 already shown are sealed as they are, and when it is done the whole of it is
@@ -109,6 +111,7 @@ class ReplyStream:
     _deferred: bool = field(default=False, init=False)  # a part still growing did not land: the rest waits
     _posting: bool = field(default=False, init=False)  # a part's post is under way (it owes itself before it is tried)
     _handed: range = field(default=range(0), init=False)  # the parts owed elsewhere (`owe_rest`), never posted here
+    _closing: list[Block] = field(default_factory=list, init=False)  # under the last part: the feedback buttons
 
     def add(self, delta: str) -> None:
         self.text += delta
@@ -126,6 +129,20 @@ class ReplyStream:
             self.done = True
             self._finished.set()
             self._sync()
+
+    async def close_with(self, block: Block) -> None:
+        """This is the turn's final answer: `block` goes under its last part, edited in if it is shown already.
+
+        Queued behind the answer's own posts; a last part handed to the outbox, or an answer shown otherwise
+        (uploaded, held back), goes without it."""
+        self._closing = [block]
+        shown = self.parts and len(self.parts) == len(self._chunks)
+        if not self.done or not shown or self._held_back() or self._oversized():
+            return
+        last = self.parts[-1]
+        if last.channel is not None and last.ts is not None:
+            text, blocks = self._message(len(self.parts) - 1, last.shown, True)
+            self.thread.edit(last.channel, last.ts, text, blocks, True)
 
     def owe_rest(self) -> list[tuple[str, list[Block] | None]]:
         """The complete parts not posted (nor being posted), as messages, handed to the caller to owe and deliver.
@@ -225,8 +242,10 @@ class ReplyStream:
     def _message(self, index: int, chunk: str, sealed: bool) -> tuple[str, list[Block]]:
         """A part as Slack shows it; the answer's last part, once complete, with the outcomes still unseen."""
         text, blocks = answer_message(chunk, streaming=not sealed)
-        if self.done and index == len(self._chunks) - 1 and (outcomes := self.thread.outcomes()) is not None:
-            blocks = [*blocks, outcomes]
+        if self.done and index == len(self._chunks) - 1:
+            if (outcomes := self.thread.outcomes()) is not None:
+                blocks = [*blocks, outcomes]
+            blocks = [*blocks, *self._closing]
         return text, blocks
 
     async def _spill(self) -> None:

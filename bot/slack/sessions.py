@@ -79,6 +79,7 @@ class SessionState:
 
     address: Address | None = None
     reply: ReplyStream | None = None
+    last_reply: ReplyStream | None = None  # the current turn's latest answer: the final one once the turn ends
     turn_requester: str | None = None
     held: list[Operation] | None = None  # a quiet turn's operations, until it is known whether it says anything
     unsent: list[Unsent] = field(default_factory=list)  # in the order they were decided

@@ -229,7 +229,22 @@ WHERE p.state = 'owed' ORDER BY p.claimed_at, p.reminder_id;
 DROP TABLE reminder_posts;
 """
 
-MIGRATIONS: list[LiteralString] = [_V1, _V2, _V3, _V4, _V5]
+# How people rated the answers (SQLite's version 8).
+_V6 = """
+CREATE TABLE feedback (
+    turn_id      TEXT NOT NULL,
+    user_id      TEXT NOT NULL,
+    session_key  TEXT NOT NULL,
+    model        TEXT NOT NULL,
+    rating       TEXT NOT NULL,
+    at           TEXT NOT NULL,
+    PRIMARY KEY (turn_id, user_id)
+);
+CREATE INDEX feedback_by_time ON feedback(at);
+CREATE INDEX model_usage_by_turn ON model_usage(turn_id);
+"""
+
+MIGRATIONS: list[LiteralString] = [_V1, _V2, _V3, _V4, _V5, _V6]
 
 _VERSION_TABLE = """
 CREATE TABLE IF NOT EXISTS threadbot_schema_version (

@@ -254,7 +254,23 @@ CREATE UNIQUE INDEX outbox_edit_per_message ON outbox(channel, ts) WHERE ts IS N
 DROP TABLE reminder_posts;
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7]
+# How people rated the answers (bot/store/feedback.py): one row per answer (its turn) and person; a turn's
+# model is read from the token books when someone rates it.
+_V8 = """
+CREATE TABLE feedback (
+    turn_id      TEXT NOT NULL,
+    user_id      TEXT NOT NULL,
+    session_key  TEXT NOT NULL,
+    model        TEXT NOT NULL,
+    rating       TEXT NOT NULL,
+    at           TEXT NOT NULL,
+    PRIMARY KEY (turn_id, user_id)
+);
+CREATE INDEX feedback_by_time ON feedback(at);
+CREATE INDEX model_usage_by_turn ON model_usage(turn_id);
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8]
 
 # The tool_calls columns, named as `ToolCall.to_record()` names its keys.
 CALL_COLUMNS = (

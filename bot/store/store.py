@@ -24,6 +24,7 @@ from typing import Any
 from bot.clock import utcnow
 from bot.store.calls import CallQueries
 from bot.store.db import Db, Row
+from bot.store.feedback import FeedbackQueries
 from bot.store.forgetting import ForgetQueries
 from bot.store.inbox import InboxQueries, mark_answered, mark_stored
 from bot.store.open_work import OpenWorkQueries
@@ -67,12 +68,13 @@ class Store(
     InboxQueries,
     OutboxQueries,
     UsageQueries,
+    FeedbackQueries,
     ForgetQueries,
     OpenWorkQueries,
     ABC,
 ):
     """Sessions, their messages and seen events; tool calls and their processes, reminders,
-    the inbox, the Slack outbox and token usage come from mixins.
+    the inbox, the Slack outbox, token usage and the answers' ratings come from mixins.
 
     `replica` names the process writing (cluster mode) and is recorded with each call it saves; None with SQLite.
     """

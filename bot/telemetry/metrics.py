@@ -38,6 +38,11 @@ COUNTERS = {
     "socket_reconnects_total": "Socket Mode sessions opened after the first (drops, stale pings, silence)",
 }
 
+LABELLED_COUNTERS = {
+    "feedback_total": ("answers rated with their feedback buttons, by rating (good, bad)", "rating"),
+}
+"""Counters with one label, counted as they happen (unlike `counter_family`'s, read when scraped)."""
+
 SECONDS_FAST = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 SECONDS_QUEUE = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
 SECONDS_MODEL = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
@@ -85,6 +90,10 @@ class Metrics:
             name: Counter(PREFIX + name.removesuffix("_total"), text, registry=self.registry)
             for name, text in COUNTERS.items()
         }
+        self._labelled = {
+            name: Counter(PREFIX + name.removesuffix("_total"), text, labelnames=(label,), registry=self.registry)
+            for name, (text, label) in LABELLED_COUNTERS.items()
+        }
         self._histograms = {
             name: Histogram(
                 PREFIX + name,
@@ -101,6 +110,11 @@ class Metrics:
             raise KeyError(f"unknown counter {name}")
         self.counts[name] += amount
         self._counters[name].inc(amount)
+
+    def inc_labelled(self, name: str, value: str, amount: int = 1) -> None:
+        """Count into the series of `name` whose one label is `value`; `counts` keeps it as `name{value}`."""
+        self.counts[f"{name}{{{value}}}"] += amount
+        self._labelled[name].labels(value).inc(amount)
 
     def observe(self, name: str, seconds: float, label: str | None = None) -> None:
         """One duration into the histogram `name`; `label` is its one label's value (a model, a tool)."""

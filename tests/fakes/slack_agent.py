@@ -12,10 +12,18 @@ it add its methods. What it copies from Slack's docs:
   each with ``title`` and ``message``. An agent app (``agent_view``, the default) that passes ``thread_ts``
   gets ``ok`` and nothing happens: Slack's docs say the call then "silently fails".
 - ``assistant.threads.setTitle`` (Tier 4, ``assistant:write``): ``channel_id``, ``thread_ts`` and ``title``.
+- ``agents.sessions.setStatus`` (Tier 3, ``chat:write``): ``channel_id``, ``thread_ts`` and a ``status`` of
+  ``active``, ``processing``, ``suspended`` or ``closed`` (else ``invalid_arguments``). The first call for a thread
+  creates its session with ``title`` (200 characters at most) and ``initiator_user_id``; later calls change only
+  the status (Slack ignores both then). Every status set is kept in order per thread (``agent_sessions``). An app
+  not subscribed to ``agent_session_stopped`` (``stopped_subscribed=False``) gets ``ok`` with the warning
+  ``missing_agent_session_stopped_event_subscription``.
 - ``refuse_agent_methods``: the error an app not declared an agent gets from the two ``assistant.threads``
-  methods (e.g. ``not_authorized``, ``missing_scope``); None, the default, accepts them.
-- ``app_home_opened`` (``tab`` ``home`` or ``messages``) and ``assistant_thread_started`` events, built for
-  ``send_event``.
+  methods and ``agents.sessions.setStatus`` (e.g. ``not_authorized``, ``missing_scope``); None, the default,
+  accepts them.
+- ``app_home_opened`` (``tab`` ``home`` or ``messages``), ``assistant_thread_started`` and
+  ``agent_session_stopped`` (the Stop button, only shown while a session is ``processing``) events, built for
+  ``send_event``; ``feedback_click`` builds the ``block_actions`` payload of a message's feedback buttons.
 """
 
 from __future__ import annotations
@@ -34,6 +42,11 @@ if TYPE_CHECKING:
 JsonDict = dict[str, Any]
 TIER_4_PER_MINUTE = 100
 """Tier 4 ("100+ per minute"): views.publish, assistant.threads.setSuggestedPrompts and setTitle."""
+TIER_3_PER_MINUTE = 50
+"""Tier 3 ("50+ per minute"): agents.sessions.setStatus."""
+SESSION_STATUSES = frozenset({"active", "processing", "suspended", "closed"})
+MAX_TITLE_CHARS = 200
+STOPPED_WARNING = "missing_agent_session_stopped_event_subscription"
 MAX_VIEW_BYTES = 250_000
 MAX_PROMPTS = 4
 
@@ -44,6 +57,21 @@ class PromptOffer:
     thread_ts: str | None
     prompts: list[JsonDict]
     title: str | None
+
+
+@dataclass
+class AgentSession:
+    """One thread's agent session as Slack keeps it: its title and starter from the first call, every status."""
+
+    channel: str
+    thread_ts: str
+    title: str | None
+    initiator: str | None
+    statuses: list[str] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        return self.statuses[-1]
 
 
 @dataclass
@@ -64,6 +92,8 @@ class FakeAgentSurface:
         self.homes: dict[str, PublishedView] = {}
         self.prompt_offers: list[PromptOffer] = []
         self.titles: dict[tuple[str, str], str] = {}
+        self.agent_sessions: dict[tuple[str, str], AgentSession] = {}
+        self.stopped_subscribed = True
         self._hashes = 0
 
     def handlers(self) -> dict[str, Callable[[JsonDict, str | None], JsonDict]]:
@@ -71,12 +101,17 @@ class FakeAgentSurface:
             "views.publish": self._views_publish,
             "assistant.threads.setSuggestedPrompts": self._set_suggested_prompts,
             "assistant.threads.setTitle": self._set_title,
+            "agents.sessions.setStatus": self._set_session_status,
         }
 
     def limit_like_slack(self, *, time_scale: float = 1.0) -> None:
-        """Each of these methods at Tier 4, as Slack limits them (a minute's calls may come at once)."""
+        """Each of these methods at its tier, as Slack limits them (a minute's calls may come at once)."""
         for method in self.handlers():
-            self._slack.rate_limit(method, per_minute=TIER_4_PER_MINUTE, time_scale=time_scale)
+            per_minute = TIER_3_PER_MINUTE if method.startswith("agents.") else TIER_4_PER_MINUTE
+            self._slack.rate_limit(method, per_minute=per_minute, time_scale=time_scale)
+
+    def session_of(self, channel: str, thread_ts: str) -> AgentSession | None:
+        return self.agent_sessions.get((channel, thread_ts))
 
     def home_of(self, user: str) -> JsonDict | None:
         published = self.homes.get(user)
@@ -110,6 +145,47 @@ class FakeAgentSurface:
             },
             "event_ts": ts,
         }
+
+    def agent_session_stopped(self, user: str, channel: str, thread_ts: str) -> JsonDict:
+        """The event Slack sends when ``user`` presses Stop on a thread's session (shown only while ``processing``):
+        no stream of this app was active (the bot streams nothing), so ``streaming_message_ts`` is empty."""
+        session = self.session_of(channel, thread_ts)
+        if session is None or session.status != "processing":
+            raise AssertionError(f"no Stop button in {channel}/{thread_ts}: its session is not processing")
+        return {
+            "type": "agent_session_stopped",
+            "channel": channel,
+            "thread_ts": thread_ts,
+            "user": user,
+            "streaming_message_ts": [],
+            "event_ts": self._slack._next_ts(),
+        }
+
+    def feedback_click(self, channel: str, ts: str, *, user: str = "U1", positive: bool = True) -> JsonDict:
+        """A ``block_actions`` payload for a click on the feedback buttons of a stored message: the action is of
+        type ``feedback_buttons`` and carries the clicked button's ``value`` (and its text)."""
+        message = self._slack.message(channel, ts)
+        for block in message.blocks or []:
+            if block.get("type") != "context_actions":
+                continue
+            for element in block.get("elements") or []:
+                if element.get("type") == "feedback_buttons":
+                    button = element["positive_button" if positive else "negative_button"]
+                    payload = self._slack.block_action(
+                        channel, ts, element.get("action_id") or "", user=user, block_id=block.get("block_id") or ""
+                    )
+                    payload["actions"] = [
+                        {
+                            "type": "feedback_buttons",
+                            "action_id": element.get("action_id"),
+                            "block_id": block.get("block_id"),
+                            "value": button["value"],
+                            "text": button["text"],
+                            "action_ts": self._slack._next_ts(),
+                        }
+                    ]
+                    return payload
+        raise AssertionError(f"no feedback buttons on {channel}/{ts}")
 
     def home_action(self, user: str, action_id: str, value: str, *, view_of: str | None = None) -> JsonDict:
         """A ``block_actions`` payload for a button in a published home tab (``view_of``'s, default ``user``'s:
@@ -220,3 +296,28 @@ class FakeAgentSurface:
         self.titles[(channel, thread_ts)] = _require(params, "title")
         self._slack._notify()
         return {}
+
+    def _set_session_status(self, params: JsonDict, token: str | None) -> JsonDict:
+        from fakes.slack_api import SlackError, _require
+
+        self._refuse()
+        channel = _require(params, "channel_id", "channel_not_found")
+        thread_ts = _require(params, "thread_ts")
+        status = _require(params, "status")
+        if status not in SESSION_STATUSES:
+            raise SlackError("invalid_arguments")
+        title = params.get("title")
+        if title is not None and len(str(title)) > MAX_TITLE_CHARS:
+            raise SlackError("invalid_arguments")
+        session = self.agent_sessions.get((channel, thread_ts))
+        if session is None:
+            initiator = params.get("initiator_user_id")
+            session = self.agent_sessions[(channel, thread_ts)] = AgentSession(
+                channel, thread_ts, str(title) if title else None, str(initiator) if initiator else None
+            )
+        session.statuses.append(status)
+        self._slack._notify()
+        answer: JsonDict = {"status": status, "title": session.title or ""}
+        if not self.stopped_subscribed:
+            answer["warning"] = STOPPED_WARNING
+        return answer
