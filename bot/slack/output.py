@@ -23,7 +23,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +32,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.calls.summary import arguments_text
 from bot.slack.askers import PolicyAskers
 from bot.slack.edits import EditScheduler
-from bot.slack.posts import PostQueue
+from bot.slack.posts import PostQueue, Priority
 from bot.slack.queues import Operation, SerialQueues
 from bot.slack.quiet import QuietHold
 from bot.slack.reminder_post import post_reminder
@@ -318,7 +318,12 @@ class SlackEdge:
         self._put(message.session_key, lambda: self._post_status(message.session_key, message))
 
     async def _post_status(self, key: str, message: StatusMessage) -> None:
-        await self.board.post(message, lambda text, blocks, owed: self.threads.post(key, text, blocks, owed=owed))
+        def poster(text: str, blocks: list[Block], owed: bool) -> Awaitable[tuple[str, str] | None]:
+            # Owed, it is the batch's final state; else progress, which the answers of other threads pass.
+            priority = Priority.ANSWER if owed else Priority.PROGRESS
+            return self.threads.post(key, text, blocks, owed=owed, priority=priority)
+
+        await self.board.post(message, poster)
         if message.channel and message.ts and self._store is not None:
             # Remembered so that after a crash the calls it shows can be repainted as orphaned.
             place = f"{message.channel}:{message.ts}"
