@@ -155,6 +155,11 @@ class PostQueue:
             span.set({"slack.message.ts": ts})
             return ts
 
+    @property
+    def waiting(self) -> int:
+        """Posts queued for their channel's turn (not those on the wire)."""
+        return sum(1 for pace in self._channels.values() for *_, granted in pace.waiting if not granted.done())
+
     def allowance(self, channel: str) -> tuple[float, float]:
         """The (posts a second, burst) this queue now believes Slack allows in `channel`."""
         bucket = self._channel(channel).bucket
