@@ -7,7 +7,9 @@ channel's burst goes out at once. Only Slack's refusal slows a channel down: a 4
 pauses the channel for its `Retry-After`, empties the bucket, halves the burst the
 channel believes in and takes a tenth off its rate; every post Slack accepts earns a
 little of both back, up to the starting values. One post of a channel is on the wire
-at a time, so each refusal is learned before the next post goes.
+at a time, so each refusal is learned before the next post goes; and the bucket
+refills from when Slack answered a post (it counted the post then at the latest), so
+its count never runs ahead of Slack's, which would cost a refusal and a pause.
 
 Posts waiting in a channel go in order of urgency, then of arrival. An answer (an
 answer part, a notice, a final state, a reminder) goes ahead of a `PROGRESS` post (a
@@ -61,8 +63,9 @@ MIN_RATE_SHARE = 0.25
 RECOVER_SHARE = 0.01
 """Each accepted post gives back this share of `per_second`, and a tenth of a post of burst."""
 BURST_RECOVERY = 0.1
-PROGRESS_YIELD_S = 60.0
-"""A progress post yields to answers queued up to this long after it, and no longer: it is not starved."""
+PROGRESS_YIELD_S = 300.0
+"""A progress post yields to answers queued up to this long after it, and no longer: it is not starved. Long,
+because a thread's answer waits behind its own status post: the threads already under way finish first."""
 CALL_TIMEOUT_S = 15.0
 GIVE_UP_AFTER_S = 60.0
 BACKOFF_BASE_S = 0.5
@@ -266,6 +269,7 @@ class PostQueue:
 
     def _accepted(self, pace: _Channel) -> None:
         bucket = pace.bucket
+        bucket.forgo(self._clock())  # Slack counted it somewhere between sending and answering: say the latest
         bucket.rate = min(self._per_second, bucket.rate + self._per_second * RECOVER_SHARE)
         bucket.capacity = min(float(self._burst), bucket.capacity + BURST_RECOVERY)
 
