@@ -7,9 +7,10 @@ channel's burst goes out at once. Only Slack's refusal slows a channel down: a 4
 pauses the channel for its `Retry-After`, empties the bucket, halves the burst the
 channel believes in and takes a tenth off its rate; every post Slack accepts earns a
 little of both back, up to the starting values. One post of a channel is on the wire
-at a time, so each refusal is learned before the next post goes; and the bucket
-refills from when Slack answered a post (it counted the post then at the latest), so
-its count never runs ahead of Slack's, which would cost a refusal and a pause.
+at a time, so each refusal is learned before the next post goes. A post sent from a
+full bucket (the first of a burst) refills it only from when Slack answered: Slack's
+own bucket starts to refill when the post reaches it, later than it was sent, and a
+count ahead of Slack's would cost a refusal and a pause at the end of the burst.
 
 Posts waiting in a channel go in order of urgency, then of arrival. An answer (an
 answer part, a notice, a final state, a reminder) goes ahead of a `PROGRESS` post (a
@@ -109,6 +110,7 @@ class _Channel:
     waiting: list[tuple[float, int, asyncio.Future[None]]] = field(default_factory=list)
     free: asyncio.Event = field(default_factory=asyncio.Event)  # no post of the channel on the wire
     pump: asyncio.Task[None] | None = None
+    from_full: bool = False  # the post on the wire took the bucket's first token since it was full
 
     def __post_init__(self) -> None:
         self.free.set()
@@ -261,6 +263,7 @@ class PostQueue:
                 _, _, granted = heapq.heappop(pace.waiting)
                 if granted.done():  # its caller stopped waiting
                     continue
+                pace.from_full = pace.bucket.tokens >= pace.bucket.capacity  # `wait_s` has just refilled it
                 pace.bucket.take(self._clock())
                 pace.free.clear()
                 granted.set_result(None)
@@ -269,7 +272,8 @@ class PostQueue:
 
     def _accepted(self, pace: _Channel) -> None:
         bucket = pace.bucket
-        bucket.forgo(self._clock())  # Slack counted it somewhere between sending and answering: say the latest
+        if pace.from_full:  # Slack's bucket began to refill when the post reached it: say as late as can be
+            bucket.forgo(self._clock())
         bucket.rate = min(self._per_second, bucket.rate + self._per_second * RECOVER_SHARE)
         bucket.capacity = min(float(self._burst), bucket.capacity + BURST_RECOVERY)
 
