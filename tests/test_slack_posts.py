@@ -161,3 +161,19 @@ async def test_progress_yields_to_answers_for_a_while_not_for_ever(slack: FakeSl
     release.set()
     await asyncio.gather(first, *waiting)
     assert posted(slack, "C1") == ["on the wire", "soon after", "status", "a minute later"]
+
+
+async def test_a_post_given_up_while_waiting_holds_up_nothing(slack: FakeSlack, client: SlackClient) -> None:
+    posts = PostQueue(client)
+    release = slack.hold("chat.postMessage")
+    first = asyncio.create_task(posts.post(channel="C1", text="on the wire"))
+    await slack.wait_for(lambda: slack.pending, 5, "the first post at Slack")
+    given_up = asyncio.create_task(posts.post(channel="C1", text="never mind", priority=Priority.PROGRESS))
+    await queued(posts, 1)
+    given_up.cancel()
+    later = asyncio.create_task(posts.post(channel="C1", text="still posted"))
+    await queued(posts, 1)
+    release.set()
+    await asyncio.gather(first, later)
+    assert given_up.cancelled() and posted(slack, "C1") == ["on the wire", "still posted"]
+    assert posts.waiting == 0

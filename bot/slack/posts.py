@@ -58,12 +58,13 @@ PER_SECOND = 1.0
 BURST = 10
 """Slack's short burst in a channel, as observed: the allowance a channel starts with and recovers to."""
 SLOW_DOWN = 0.9
-"""A 429 takes this share of the channel's rate (and half its burst)..."""
+"""A 429 leaves the channel this share of its rate (and half its burst)..."""
 MIN_RATE_SHARE = 0.25
-"""...never below this share of `per_second`."""
+"""...never less than this share of `per_second`."""
 RECOVER_SHARE = 0.01
-"""Each accepted post gives back this share of `per_second`, and a tenth of a post of burst."""
+"""Each post Slack accepts gives back this share of `per_second`..."""
 BURST_RECOVERY = 0.1
+"""...and this much of a post of burst: a burst halved by one refusal is whole again after ~50 posts."""
 PROGRESS_YIELD_S = 300.0
 """A progress post yields to answers queued up to this long after it, and no longer: it is not starved. Long,
 because a thread's answer waits behind its own status post: the threads already under way finish first."""
