@@ -1,6 +1,11 @@
 """Posting under Slack's per-channel post limit: who answers first, and how many 429s it takes.
 
-Run: `.venv/bin/python bench/bench_posts.py` (about three and a half minutes). Prints figures; asserts nothing.
+Run: `.venv/bin/python bench/bench_posts.py [pd]` (about seven minutes; `p` or `d` runs one part). Prints figures;
+asserts nothing.
+
+(p) the posting alone, in this process, for three posters;
+(d) the whole daemon, twice at once: this tree's and `BASELINE`'s (`git archive` into a temporary folder), each
+    against its own fakes with the same post limit.
 
 The fake Slack limits `chat.postMessage` as Slack does (about one post a second per channel, bursts of 10, then
 429 + `Retry-After` in whole seconds), in real time: Retry-After cannot be scaled, so neither is anything else.
@@ -18,14 +23,20 @@ Each runs with all 100 threads in one channel, and spread over 10 channels. Figu
 landed (and the median) after the first mention; for tool turns also after the work ended (the tool's end plus
 the model's latency); and the 429s Slack answered that poster. 100 posts in one channel cannot all land sooner
 than ~90 s after the first (10 at once, then 1 a second), 200 not sooner than ~190 s.
+
+In (d) each daemon gets, at 200 mentions a second, 100 mentions answered at once ("ok") in one channel and 100
+mentions that each run `sleep_for(10)` in another; the figures are the same, from the fake's own records.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 import types
 from dataclasses import dataclass, field
@@ -36,6 +47,7 @@ HERE = Path(__file__).resolve()
 ROOT = HERE.parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(HERE.parent)]
 
+from fakes.anthropic_api import FakeAnthropic, Reply, tool_use, user_texts  # noqa: E402
 from fakes.slack_api import FakeSlack  # noqa: E402
 from support import pct  # noqa: E402
 
@@ -123,7 +135,7 @@ async def thread(poster: Poster, run: Run, i: int, start: float, tool: bool, rng
     run.after_work.append(landed - work_done)
 
 
-async def main() -> None:
+async def posters_side_by_side() -> None:
     async with FakeSlack() as slack:
         slack.limit_posts_like_slack(burst=SLACK_BURST)
         client = SlackClient(token="xoxb-bench", base_url=slack.api_url)
@@ -135,7 +147,9 @@ async def main() -> None:
                     channels = [f"C{name}-{scenario[:2]}-{spread}-{c}" for c in range(spread)]
                     label = f"{scenario}, {'1 channel' if spread == 1 else f'{spread} channels'}"
                     runs.append((Run(name, label, channels), tool))
-        print(f"{len(runs)} runs side by side: {THREADS} threads each, Slack's post limit 1/s per channel, burst 10")
+        print(
+            f"(p) {len(runs)} runs side by side: {THREADS} threads each, Slack's post limit 1/s per channel, burst 10"
+        )
         start = time.perf_counter()
         await asyncio.gather(
             *(
@@ -160,12 +174,128 @@ def report(runs: list[Run], refused: dict[str, int]) -> None:
         print(header)
         for run in (r for r in runs if r.scenario == scenario):
             taken = sum(refused.get(channel, 0) for channel in run.channels)
-            after = "" if "tool" not in scenario else f"{pct(run.after_work, 50):.1f} / {max(run.after_work):.1f} s"
+            after = "" if not run.after_work else f"{pct(run.after_work, 50):.1f} / {max(run.after_work):.1f} s"
             print(
                 f"  {run.poster:<8} {max(run.answered):>11.1f} s {pct(run.answered, 50):>5.1f} s {after:>21} {taken:>6}"
             )
         print()
 
 
+# --- (d) the daemons --------------------------------------------------------------------------------------------
+
+
+def script(request: dict[str, Any]) -> Reply:
+    tool = ">tool " in (user_texts(request) or [""])[0]  # the request, as the daemon quotes it
+    if tool and len(request["messages"]) == 1:
+        return Reply.tools(tool_use("sleep_for", {"seconds": TOOL_S}))
+    return Reply.text_only("slept" if tool else "ok")
+
+
+async def daemon_run(name: str, source: Path, data: Path, refused: dict[str, int]) -> list[Run]:
+    """One daemon against fakes of its own: 100 mentions answered at once in C1, 100 tool turns in C2; the 429s
+    of each channel go into `refused`."""
+    async with FakeSlack() as slack, FakeAnthropic(default=script) as model:
+        slack.limit_posts_like_slack(burst=SLACK_BURST)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("BOT_", "SLACK_", "ANTHROPIC_", "OTEL_"))}
+        env.update(
+            PYTHONPATH=str(source),
+            SLACK_API_URL=slack.api_url,
+            SLACK_BOT_TOKEN="xoxb-bench",
+            SLACK_APP_TOKEN="xapp-bench",
+            ANTHROPIC_BASE_URL=model.url,
+            ANTHROPIC_API_KEY="bench",
+            BOT_DATA_DIR=str(data),
+            BOT_MAX_CONCURRENT_TOOLS="256",
+        )
+        with (data / "daemon.log").open("wb") as log:
+            daemon = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "bot", "run", cwd=data, env=env, stdout=log, stderr=log
+            )
+        try:
+            await slack.wait_connected(60)
+            warm = slack.mention("CWARM", "warm up")
+            await slack.wait_ack(await slack.send_event(warm), 30)
+            await slack.wait_for(lambda: slack.posts_in_thread("CWARM", warm["ts"]), 60, "the warm-up answer")
+            runs = {
+                "C1": Run(name, "daemon: mentions, 1 channel", [f"{name}/C1"]),
+                "C2": Run(name, "daemon: 10 s tool turns, 1 channel", [f"{name}/C2"]),
+            }
+            roots: dict[tuple[str, str], str] = {}
+            start = time.perf_counter()
+            for i in range(THREADS):
+                for channel, words in (("C1", f"hello {i}"), ("C2", f"tool {i}")):
+                    event = slack.mention(channel, words)
+                    await slack.wait_ack(await slack.send_event(event), 30)
+                    roots[(channel, event["ts"])] = "slept" if channel == "C2" else "ok"
+                await asyncio.sleep(max(0.0, start + (i + 1) / MENTIONS_PER_S - time.perf_counter()))
+            landed: dict[tuple[str, str], float] = {}
+            seen = 0
+
+            def answered() -> bool:
+                """Reads only the calls since it last looked (the fake shares this process with the daemons' load)."""
+                nonlocal seen
+                for call in slack.calls[seen:]:
+                    channel = call.params.get("channel")
+                    if call.ok and call.method in ("chat.postMessage", "chat.update") and channel in runs:
+                        message = slack.message(channel, call.response["ts"])
+                        if roots.get((channel, message.thread_root)) == message.text:
+                            landed.setdefault((channel, message.thread_root), call.time)
+                seen = len(slack.calls)
+                return len(landed) == len(roots)
+
+            await slack.wait_for(answered, 600, f"every answer of the {name} daemon")
+            for (channel, _), at in landed.items():
+                runs[channel].answered.append(at - start)
+            posts = sum(c.ok and c.params.get("channel") in runs for c in slack.calls_to("chat.postMessage"))
+            print(f"  {name}: {posts / len(roots):.1f} posts a thread")
+            for channel in runs:
+                refused[f"{name}/{channel}"] = sum(
+                    c.status == 429 for c in slack.calls_to("chat.postMessage") if c.params.get("channel") == channel
+                )
+            return list(runs.values())
+        except BaseException:
+            print(f"{name} daemon log (tail):\n" + (data / "daemon.log").read_text(errors="replace")[-3000:])
+            raise
+        finally:
+            if daemon.returncode is None:
+                daemon.send_signal(signal.SIGTERM)
+                try:
+                    await asyncio.wait_for(daemon.wait(), 30)
+                except TimeoutError:
+                    daemon.kill()
+                    await daemon.wait()
+
+
+def check_out_before(folder: Path) -> None:
+    folder.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", BASELINE], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
+
+
+async def daemons_side_by_side() -> None:
+    print(
+        f"(d) two daemons at once, each {THREADS} mentions + {THREADS} tool turns, post limit 1/s a channel, burst 10"
+    )
+    refused: dict[str, int] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        await asyncio.to_thread(check_out_before, folder / "before")
+        (folder / "data-before").mkdir()
+        (folder / "data-now").mkdir()
+        results = await asyncio.gather(
+            daemon_run("before", folder / "before", folder / "data-before", refused),
+            daemon_run("now", ROOT, folder / "data-now", refused),
+        )
+    print()
+    report([run for result in results for run in result], refused)
+
+
+async def main(parts: str) -> None:
+    if "p" in parts:
+        await posters_side_by_side()
+    if "d" in parts:
+        await daemons_side_by_side()
+
+
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "pd"))
