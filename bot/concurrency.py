@@ -44,6 +44,11 @@ class TokenBucket:
         self._refill(now)
         self.tokens -= 1.0
 
+    def forgo(self, now: float) -> None:
+        """The call taken earlier may have reached the other side as late as `now`: refill only from then, so
+        this bucket never believes in a token the other side's has not got yet."""
+        self.updated = max(self.updated, now)
+
     def drain(self, now: float) -> None:
         """The other side said we are over its limit: whatever we believed we had saved, we have not."""
         self._refill(now)

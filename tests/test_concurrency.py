@@ -37,6 +37,9 @@ def test_token_bucket_with_a_manual_clock() -> None:
     assert bucket.wait_s(110.0) == 0 and bucket.tokens == 3  # refills to capacity, no more
     bucket.drain(110.0)
     assert bucket.wait_s(110.0) == pytest.approx(0.5)
+    bucket.take(110.5)  # sent at 110.5, answered at 111: the other side may have counted it at 111
+    bucket.forgo(111.0)
+    assert bucket.wait_s(111.0) == pytest.approx(0.5), "no refill for the time the call was on the wire"
 
 
 async def test_a_failure_is_logged_once_with_the_tasks_name(caplog: pytest.LogCaptureFixture) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from bot.slack.client import SlackClient
 from bot.slack.edits import EditScheduler
 from bot.slack.outbox import marker
 from bot.slack.output import SlackEdge
+from bot.slack.posts import PostQueue
 from bot.store import NewReminder, ReminderKind, ReminderStatus, SqliteStore, Store
 from bot.toolcall import CallStatus, ProgressKind, ToolCall
 from bot.types import LineKind, OwedLine, TurnOutcome
@@ -94,6 +96,43 @@ async def test_a_quick_answer_is_posted_whole_without_edits(tmp_path: Path) -> N
             await edge.close(WAIT_S)
             [post] = slack.messages("C1")
             assert (post.text, post.edits) == ("Short answer.", [])
+        finally:
+            await edits.close(WAIT_S)
+            await store.close()
+
+
+async def test_an_answer_goes_ahead_of_another_threads_status_message(tmp_path: Path) -> None:
+    """In a busy channel, a thread's answer does not wait behind the status messages of other threads."""
+    async with FakeSlack() as slack:
+        client = SlackClient(token="xoxb-test", base_url=slack.api_url)
+        edits = EditScheduler(client)
+        await edits.start()
+        store = await SqliteStore.open(tmp_path / "bot.db")
+        posts = PostQueue(client)
+        edge = SlackEdge(client, edits, team_id="T1", first_post_wait_s=0.0, posts=posts)
+        edge.attach(store)
+        try:
+            keys, roots = {}, []
+            for name in "ABC":
+                root = slack.user_message("C1", f"<@UBOT> {name}", user="U1")["ts"]
+                keys[name] = f"slack:T1:C1:{root}"
+                roots.append(root)
+                address = {"edge": "slack", "team": "T1", "channel": "C1", "thread_ts": root, "requester": "U1"}
+                await store.ensure_session(keys[name], address)
+            release = slack.hold("chat.postMessage")
+            edge.calls_started(keys["A"], [ToolCall("toolu_a", keys["A"], "t", "sleep_for", {"seconds": 9})])
+            await slack.wait_for(lambda: slack.pending, WAIT_S, "A's status message at Slack")
+            edge.calls_started(keys["C"], [ToolCall("toolu_c", keys["C"], "t", "sleep_for", {"seconds": 9})])
+            edge.text_delta(keys["B"], "B's answer.")
+            edge.text_done(keys["B"])
+            async with asyncio.timeout(WAIT_S):
+                while posts.waiting < 2:  # noqa: ASYNC110 - no time is waited for: the loop lets the queues run
+                    await asyncio.sleep(0)
+            release.set()
+            await edge.close(WAIT_S)
+            bot = [m for m in slack.messages("C1") if m.is_bot]
+            assert [m.thread_root for m in bot] == roots, "A's status was on the wire; then B's answer, C's status"
+            assert bot[1].text == "B's answer." and "sleep_for" in bot[2].text
         finally:
             await edits.close(WAIT_S)
             await store.close()

@@ -354,6 +354,7 @@ def _gauges(
     metrics.gauge("slack_posts_retried", "chat.postMessage calls tried again", lambda: posts.stats.retried)
     metrics.gauge("slack_posts_handed_back", "posts handed to the outbox", lambda: posts.stats.failed)
     metrics.gauge("slack_posts_rejected", "posts Slack refused for good", lambda: posts.stats.rejected)
+    metrics.gauge("slack_posts_waiting", "posts waiting for their channel's turn", lambda: posts.waiting)
     metrics.gauge("slack_posts_owed", "posts kept in the outbox until Slack has them", lambda: edge.outbox_owed)
     if (sessions := edge.agent_sessions) is not None:
         metrics.gauge("agent_session_statuses_sent", "agent session statuses that landed", lambda: sessions.sent)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from slack_sdk.web.async_client import AsyncWebClient
@@ -33,7 +33,7 @@ from bot.calls.summary import arguments_text
 from bot.slack.agent_session import AgentSessions
 from bot.slack.edits import EditScheduler
 from bot.slack.feedback import feedback_block
-from bot.slack.posts import PostQueue
+from bot.slack.posts import PostQueue, Priority
 from bot.slack.queues import Operation, SerialQueues
 from bot.slack.quiet import QuietHold
 from bot.slack.render import (
@@ -275,7 +275,12 @@ class SlackEdge:
         self._put(message.session_key, lambda: self._post_status(message.session_key, message))
 
     async def _post_status(self, key: str, message: StatusMessage) -> None:
-        await self.board.post(message, lambda text, blocks, owed: self.threads.post(key, text, blocks, owed=owed))
+        def poster(text: str, blocks: list[Block], owed: bool) -> Awaitable[tuple[str, str] | None]:
+            # Owed, it is the batch's final state; else progress, which the answers of other threads pass.
+            priority = Priority.ANSWER if owed else Priority.PROGRESS
+            return self.threads.post(key, text, blocks, owed=owed, priority=priority)
+
+        await self.board.post(message, poster)
         if message.channel and message.ts:
             # Remembered so that after a crash the calls it shows can be repainted as orphaned.
             place = f"{message.channel}:{message.ts}"

@@ -17,7 +17,7 @@ import logging
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.outbox import Outbox, marker, target
-from bot.slack.posts import PostFailed, PostQueue, PostRejected
+from bot.slack.posts import PostFailed, PostQueue, PostRejected, Priority
 from bot.slack.render import Block, EmptyMessage, sendable
 from bot.slack.sessions import Address, Sessions
 from bot.slack.uploads import upload
@@ -59,11 +59,13 @@ class ThreadPosts:
         blocks: list[Block] | None = None,
         *,
         owed: bool = False,
+        priority: Priority = Priority.ANSWER,
     ) -> tuple[str, str] | None:
         """Post in the session's thread, opening it first for a heartbeat session; (channel, ts), or None.
 
         `owed`: the message's last word, kept in the store until Slack has it (None then means the outbox
-        delivers it). A message not owed that does not land is left to its caller. While the session has owed
+        delivers it). A message not owed that does not land is left to its caller. `priority`: its place among
+        the channel's waiting posts (`PostQueue`). While the session has owed
         posts waiting, later ones wait behind them, so they keep their order. Run it inside the session's queue,
         so a heartbeat thread is opened exactly once.
         """
@@ -79,7 +81,7 @@ class ThreadPosts:
         post_id: int | None = None
         if owed:
             post_id = await self.outbox.owe(key, address.channel, address.thread_ts, text, blocks)
-        return await self._send(key, address, text, blocks, post_id)
+        return await self._send(key, address, text, blocks, post_id, priority)
 
     async def send_owed(self, key: str, owed: list[tuple[int, OwedPost]]) -> None:
         """Posts a turn's last save owed (`SlackEdge.owed_posts`), as `post` would have had it owed them."""
@@ -135,7 +137,13 @@ class ThreadPosts:
         await self.outbox.close()
 
     async def _send(
-        self, key: str, address: Address, text: str, blocks: list[Block] | None, post_id: int | None
+        self,
+        key: str,
+        address: Address,
+        text: str,
+        blocks: list[Block] | None,
+        post_id: int | None,
+        priority: Priority = Priority.ANSWER,
     ) -> tuple[str, str] | None:
         """Post now, unless the session's owed posts wait in the outbox; an owed one (`post_id`) that does not
         land is the outbox's to deliver."""
@@ -154,6 +162,7 @@ class ThreadPosts:
                     text=text,
                     blocks=blocks,
                     metadata=marker(post_id) if post_id is not None else None,
+                    priority=priority,
                 )
             except PostRejected as exc:
                 self._metrics.inc("slack_errors_total")

@@ -732,9 +732,10 @@ class FakeSlack:
         capacity = burst if burst is not None else max(1, int(per_minute))
         self._limits[method] = _RateLimit(per_minute, capacity, retry_after, per_channel, time_scale)
 
-    def limit_posts_like_slack(self, burst: int = 3, *, time_scale: float = 1.0) -> None:
-        """``chat.postMessage`` as Slack limits it: about one post a second in each channel, short bursts allowed;
-        beyond that 429 with ``Retry-After``. ``time_scale=10`` makes it ten a second (for quick tests)."""
+    def limit_posts_like_slack(self, burst: int = 10, *, time_scale: float = 1.0) -> None:
+        """``chat.postMessage`` as Slack limits it: about one post a second in each channel, short bursts allowed
+        (about ten, as observed); beyond that 429 with ``Retry-After`` in whole seconds (≥1, unscaled).
+        ``time_scale=10`` makes it ten a second (for quick tests)."""
         self.rate_limit("chat.postMessage", per_minute=60, burst=burst, per_channel=True, time_scale=time_scale)
 
     def set_latency(self, method: str, seconds: float) -> None:
