@@ -109,8 +109,7 @@ async def test_an_answer_goes_ahead_of_another_threads_status_message(tmp_path: 
         await edits.start()
         store = await SqliteStore.open(tmp_path / "bot.db")
         posts = PostQueue(client)
-        edge = SlackEdge(client, edits, team_id="T1", first_post_wait_s=0.0, posts=posts)
-        edge.attach(store)
+        edge = SlackEdge(client, edits, store=store, team_id="T1", first_post_wait_s=0.0, posts=posts)
         try:
             keys, roots = {}, []
             for name in "ABC":
