@@ -72,6 +72,7 @@ class Daemon:
             ANTHROPIC_API_KEY="test",
             BOT_DATA_DIR=str(self.data_dir),
             BOT_POLICY_FILE=str(OPEN_POLICY),
+            BOT_SLACK_SURFACE="classic",  # the suite's tests mean the classic surface unless they ask for another
         )
         return env | self.env
 

@@ -79,7 +79,7 @@ class Canceller:
         if not self._admission.admits(user, team=team_of(event), channel=channel):
             log.info("ignoring a reaction by %s: not someone the bot answers", user)
             return
-        status = self._edge.board.find(channel, ts)
+        status = self._edge.board.find(channel, ts) or self._edge.turn_at(channel, ts)
         if status is not None:
             if status.open_calls and await self._permitted(user, status.session_key):
                 self._metrics.inc("cancels_total")

@@ -124,6 +124,7 @@ async def _run(
             posts=posts,
             upload_over_chars=settings.bot_upload_over_chars,
             tracing=telemetry.tracing,
+            surface=settings.bot_slack_surface,
         )
 
         def owns(key: str) -> bool:

@@ -32,6 +32,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.calls.summary import arguments_text
 from bot.slack.askers import PolicyAskers
 from bot.slack.edits import EditScheduler
+from bot.slack.filters import SESSION_PREFIX
 from bot.slack.posts import PostQueue
 from bot.slack.queues import Operation, SerialQueues
 from bot.slack.quiet import QuietHold
@@ -53,6 +54,7 @@ from bot.slack.sessions import Sessions, SessionState
 from bot.slack.status import StatusBoard, StatusMessage
 from bot.slack.thinking import ThinkingStatus
 from bot.slack.threads import ThreadPosts
+from bot.slack.turn_stream import NOT_AN_AGENT, Phase, Place, StreamBudget, TurnMessage
 from bot.slack.uploads import ANSWER_FILE, UPLOAD_OVER_CHARS, answer_comment
 from bot.store import OwedMessage, Store
 from bot.telemetry.metrics import Metrics
@@ -78,8 +80,13 @@ class SlackEdge:
         first_post_wait_s: float = FIRST_POST_WAIT_S,
         upload_over_chars: int = UPLOAD_OVER_CHARS,
         tracing: Tracing | None = None,
+        surface: str = "classic",
+        stream_client: AsyncWebClient | None = None,
+        stream_budget: StreamBudget | None = None,
     ) -> None:
-        """`posts` should use a client without the SDK's 429 retries (see `build_client`); by default, `client`."""
+        """`posts` and `stream_client` should use a client without the SDK's 429 retries (see `build_client`); by
+        default, `client`. `surface` is `BOT_SLACK_SURFACE`: `agent` and `auto` show a thread's turns as streamed
+        messages with task cards (bot/slack/turn_stream.py), `auto` going back to `classic` if Slack refuses."""
         self._tracing = tracing or Tracing()
         self._client = client
         self._posts = posts or PostQueue(client)
@@ -94,6 +101,12 @@ class SlackEdge:
         self._thinking = ThinkingStatus(client, self._sessions)
         self.board = StatusBoard(_edit_with(edits), repost=self._repost_status)
         self._quiet = QuietHold(self._sessions, abandon=self.board.abandon)
+        self._surface = surface
+        self._stream_client = stream_client or client
+        self._stream_budget = stream_budget or StreamBudget()
+        self._turns: dict[str, TurnMessage] = {}  # the running turn's message, by session
+        self._turn_of_call: dict[str, TurnMessage] = {}
+        self._live_turns: list[TurnMessage] = []  # messages not closed yet (their calls may outlive the turn)
 
     def attach(self, store: Store) -> None:
         self._store = store
@@ -122,15 +135,28 @@ class SlackEdge:
         self._put(session_key, lambda: self._thinking.show(session_key, True))
 
     def text_delta(self, session_key: str, delta: str) -> None:
+        if (turn := self._turn(session_key)) is not None:
+            turn.add_text(delta)
+            return
         self._reply(session_key).add(delta)
 
     def text_done(self, session_key: str) -> None:
+        if (turn := self._turns.get(session_key)) is not None:
+            turn.end_text()
         session = self._sessions.get(session_key)
         if session.reply is not None:
             session.reply.finish()
             session.reply = None
 
     def calls_started(self, session_key: str, calls: list[ToolCall]) -> None:
+        if (turn := self._turn(session_key)) is not None:
+            # A call that waits for a person's approval or answer keeps its status message: it holds the buttons.
+            cards = [call for call in calls if not call.awaiting_person]
+            turn.add_calls(cards)
+            self._turn_of_call.update((call.id, turn) for call in cards)
+            calls = [call for call in calls if call.awaiting_person]
+            if not calls:
+                return
         message = self.board.start(session_key, calls)
         self._put(session_key, lambda: self._post_status(session_key, message))
         for call in calls:  # arguments too long for the status line, shared once, when the call first asks
@@ -138,6 +164,10 @@ class SlackEdge:
                 self.file_shared(session_key, SharedFile(name, arguments_text(call).encode(), "text/plain"))
 
     def call_changed(self, call: ToolCall) -> None:
+        if (turn := self._turn_of_call.get(call.id)) is not None and turn.changed(call):
+            if call.is_final:
+                del self._turn_of_call[call.id]
+            return
         if not self.board.changed(call) and call.is_final and call.approvers:
             # Asked for before a restart (or on a gone replica): its message was posted by another process.
             self._put(call.session_key, functools.partial(self.repaint, [call]), holdable=False)
@@ -226,6 +256,8 @@ class SlackEdge:
 
     def turn_finished(self, outcome: TurnOutcome) -> None:
         key = outcome.session_key
+        if (turn := self._turns.pop(key, None)) is not None:
+            turn.finish()
         state = self._sessions.get(key)
         handed, state.handed = state.handed, []
         if outcome.owed_posts:
@@ -260,6 +292,8 @@ class SlackEdge:
             self.text_done(key)
         if not await self._queues.drain(timeout_s):
             log.warning("shut down with Slack posts still queued")
+        for turn in self._live_turns:
+            await turn.close()
         await self.threads.close(timeout_s / 2)
 
     @property
@@ -279,6 +313,10 @@ class SlackEdge:
 
     def request_session(self, channel: str, ts: str) -> str | None:
         return self._sessions.request_session(channel, ts)
+
+    def turn_at(self, channel: str, ts: str) -> TurnMessage | None:
+        """The turn message at (channel, ts), if this process shows a turn there (a cancel reaction on it)."""
+        return next((turn for turn in self._live_turns if (turn.channel, turn.ts) == (channel, ts)), None)
 
     async def say(self, channel: str, thread_ts: str, text: str, blocks: list[Block] | None = None) -> str | None:
         """A line in a thread that is no session's (`ThreadPosts.say`)."""
@@ -303,6 +341,43 @@ class SlackEdge:
         """Queue `operation` behind the session's others; a holdable one is set aside during a held quiet turn."""
         operation = self._tracing.bind(operation)  # its posts are spans of the turn that queued them
         self._queues.put(key, self._quiet.holdable(key, operation) if holdable else operation)
+
+    def _turn(self, key: str) -> TurnMessage | None:
+        """The session's turn as one streamed message, in agent mode; None: the classic surface shows it."""
+        if self._surface == "classic" or not key.startswith(SESSION_PREFIX):
+            return None
+        turn = self._turns.get(key)
+        if turn is None:
+            self._live_turns = [live for live in self._live_turns if live.phase is not Phase.DONE]
+            turn = TurnMessage(
+                key,
+                client=self._stream_client,
+                edits=self._edits,
+                budget=self._stream_budget,
+                post=functools.partial(self._post_turn, key),
+                refused=self._stream_refused,
+            )
+            self._turns[key] = turn
+            self._live_turns.append(turn)
+            self._put(key, functools.partial(self._open_turn, key, turn))
+        return turn
+
+    async def _open_turn(self, key: str, turn: TurnMessage) -> None:
+        address = await self._sessions.address(key)
+        if address is None or address.thread_ts is None:
+            log.warning("no Slack thread for session %s; its turn is not shown", key)
+            return
+        await turn.open(Place(address.channel, address.thread_ts, address.team, address.speaker or address.requester))
+
+    async def _post_turn(self, key: str, text: str, blocks: list[Block], owed: bool) -> tuple[str, str] | None:
+        return await self.threads.post(key, text, blocks, owed=owed)
+
+    def _stream_refused(self, error: str) -> None:
+        if error in NOT_AN_AGENT and self._surface == "auto":
+            self._surface = "classic"
+            log.warning("Slack refused chat.startStream (%s): turns show as status messages (classic) from now", error)
+        else:
+            log.warning("chat.startStream refused (%s); this turn is posted as a message and edited", error)
 
     def _reply(self, key: str) -> ReplyStream:
         session = self._sessions.get(key)
