@@ -200,7 +200,12 @@ def bot_posts(slack: FakeSlack, channel: str, thread_ts: str) -> list[StoredMess
 
 
 def status_posts(slack: FakeSlack, channel: str, thread_ts: str) -> list[StoredMessage]:
-    return [m for m in bot_posts(slack, channel, thread_ts) if m.blocks and m.blocks[0].get("type") == "section"]
+    """The bot's status messages: those with a call's line (the model's words before the calls may come first)."""
+    return [
+        m
+        for m in bot_posts(slack, channel, thread_ts)
+        if any(str(block.get("block_id", "")).startswith("call:") for block in m.blocks or [])
+    ]
 
 
 async def wait_text(slack: FakeSlack, channel: str, thread_ts: str, needle: str) -> StoredMessage:

@@ -118,10 +118,12 @@ async def test_status_message_shows_progress_and_the_end(world: World) -> None:
     assert "`sleep_for(seconds=3)`" in revisions[0]
     assert any(re.search(r"⏳ .* — running \ds · slept \ds of 3s", t) for t in revisions), revisions
     assert re.search(r"✅ `sleep_for\(seconds=3\)` — done in 3\.\ds", status.text)
-    assert (status.history[0].blocks or [])[0]["accessory"]["action_id"] == "cancel_call"
-    assert "accessory" not in (status.blocks or [{}])[0]
+    said, line = status.history[0].blocks or [{}, {}]
+    assert said == {"type": "markdown", "text": "Sleeping a bit."}, "the words before the call are on its status"
+    assert line["accessory"]["action_id"] == "cancel_call"
+    assert "accessory" not in (status.blocks or [{}, {}])[1]
     answers = [m.text for m in bot_posts(slack, channel, event["ts"]) if m is not status]
-    assert answers == ["Sleeping a bit.", "Rested."]
+    assert answers == ["Rested."], "a tool turn posts twice: the status (with the words before it) and the answer"
 
 
 async def test_reply_while_a_tool_runs_is_injected(world: World) -> None:

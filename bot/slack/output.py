@@ -24,7 +24,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
@@ -59,11 +59,17 @@ from bot.slack.uploads import ANSWER_FILE, UPLOAD_OVER_CHARS, answer_comment
 from bot.store import OwedMessage, Store
 from bot.telemetry.metrics import Metrics
 from bot.telemetry.tracing import Tracing
-from bot.toolcall import ToolCall
+from bot.toolcall import CallStatus, ToolCall
 from bot.types import OwedPost, ReminderOutcome, ReminderPost, Speaker, TurnOutcome
 from tools.base import SharedFile
 
 log = logging.getLogger(__name__)
+
+FOLD_WAIT_S = 2.0
+"""The longest a complete answer waits to hear whether calls follow it: the engine says so within milliseconds
+(it stores the calls, or the turn), so this only bounds a surprise."""
+PREAMBLE_MAX_CHARS = 2_000
+"""The model's words before a batch of calls that fold into its status message; longer ones are posted."""
 
 
 class SlackEdge:
@@ -132,6 +138,7 @@ class SlackEdge:
 
     def model_call_started(self, session_key: str) -> None:
         """Slack clears "is thinking…" when the bot posts and after two minutes: set it again for every call."""
+        self._release(session_key)
         self._put(session_key, lambda: self._thinking.show(session_key, True))
 
     def text_delta(self, session_key: str, delta: str) -> None:
@@ -157,7 +164,7 @@ class SlackEdge:
             calls = [call for call in calls if call.awaiting_person]
             if not calls:
                 return
-        message = self.board.start(session_key, calls)
+        message = self.board.start(session_key, calls, self._take_preamble(session_key))
         self._put(session_key, lambda: self._post_status(session_key, message))
         for call in calls:  # arguments too long for the status line, shared once, when the call first asks
             if call.awaiting_approval and (name := arguments_file(call)) is not None:
@@ -168,6 +175,9 @@ class SlackEdge:
             if call.is_final:
                 del self._turn_of_call[call.id]
             return
+        showing = self.board.showing(call.id)
+        if showing is not None and call.is_final and showing.preamble:
+            self._keep_status(showing)
         if not self.board.changed(call) and call.is_final and call.approvers:
             # Asked for before a restart (or on a gone replica): its message was posted by another process.
             self._put(call.session_key, functools.partial(self.repaint, [call]), holdable=False)
@@ -256,6 +266,7 @@ class SlackEdge:
 
     def turn_finished(self, outcome: TurnOutcome) -> None:
         key = outcome.session_key
+        self._release(key)
         if (turn := self._turns.pop(key, None)) is not None:
             turn.finish()
         state = self._sessions.get(key)
@@ -282,6 +293,8 @@ class SlackEdge:
             return
         for place, calls in (await self._store.displays_of([call.id for call in orphans])).items():
             channel, _, ts = place.partition(":")
+            if self._edits.owes_final(channel, ts):
+                continue  # its final state was kept for this start (with what else it shows), and is on its way
             # A new process knows nothing of the ids shown: a revision of its own, unlike any number before.
             text, blocks = status_message(calls, revision=f"r{time.time_ns()}")
             self._edits.update(channel, ts, text=text, blocks=blocks, final=True)
@@ -344,9 +357,9 @@ class SlackEdge:
 
     def _turn(self, key: str) -> TurnMessage | None:
         """The session's turn as one streamed message, in agent mode; None: the classic surface shows it."""
-        if self._surface == "classic" or not key.startswith(SESSION_PREFIX):
+        turn = self._turns.get(key)  # a turn begun in agent mode ends in it, even if Slack refused its stream
+        if turn is None and (self._surface == "classic" or not key.startswith(SESSION_PREFIX)):
             return None
-        turn = self._turns.get(key)
         if turn is None:
             self._live_turns = [live for live in self._live_turns if live.phase is not Phase.DONE]
             turn = TurnMessage(
@@ -384,7 +397,10 @@ class SlackEdge:
         if session.reply is None:
             thread = _AnswerThread(key, session, self.threads, self._edits, self.board, self._put)
             session.reply = reply = ReplyStream(
-                thread, first_post_wait_s=self._first_post_wait_s, overflow_chars=self._upload_over_chars
+                thread,
+                first_post_wait_s=self._first_post_wait_s,
+                overflow_chars=self._upload_over_chars,
+                fold_wait_s=FOLD_WAIT_S if key.startswith(SESSION_PREFIX) else 0.0,
             )
             session.unsent.append(reply)
         return session.reply
@@ -392,8 +408,33 @@ class SlackEdge:
     def _repost_status(self, message: StatusMessage) -> None:
         self._put(message.session_key, lambda: self._post_status(message.session_key, message))
 
+    def _release(self, key: str) -> None:
+        for unsent in self._sessions.get(key).unsent:
+            if isinstance(unsent, ReplyStream):
+                unsent.release()
+
+    def _take_preamble(self, key: str) -> str | None:
+        """What the model said before asking for a batch of calls, if none of it is posted yet: it is shown on
+        the batch's status message instead of a post of its own (a tool turn then posts twice, not three times)."""
+        if not key.startswith(SESSION_PREFIX):
+            return None  # a heartbeat's first post opens its thread, and its words may yet be held back
+        unsent = self._sessions.get(key).unsent
+        replies = [reply for reply in unsent if isinstance(reply, ReplyStream)]
+        return replies[-1].fold(PREAMBLE_MAX_CHARS) if replies else None
+
+    def _keep_status(self, message: StatusMessage) -> None:
+        """A status message with the model's words on it: what a restart must leave it showing (its open calls
+        orphaned, its words kept) is kept in the final journal, since a repaint knows only the calls."""
+        if message.channel is None or message.ts is None or message.final:
+            return
+        lost = [c if c.is_final or c.awaiting_person else replace(c, status=CallStatus.ORPHANED) for c in message.calls]
+        text, blocks = status_message(lost, revision=f"r{time.time_ns()}", preamble=message.preamble)
+        self._edits.keep_if_lost(message.channel, message.ts, text=text, blocks=blocks)
+
     async def _post_status(self, key: str, message: StatusMessage) -> None:
         await self.board.post(message, lambda text, blocks, owed: self.threads.post(key, text, blocks, owed=owed))
+        if message.preamble:
+            self._keep_status(message)
         if message.channel and message.ts and self._store is not None:
             # Remembered so that after a crash the calls it shows can be repainted as orphaned.
             place = f"{message.channel}:{message.ts}"

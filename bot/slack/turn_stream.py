@@ -46,7 +46,7 @@ from bot.concurrency import TokenBucket, backoff_s
 from bot.errors import SlackRateLimited, SlackRefused, SlackUnavailable, SlackUnreachable
 from bot.slack.edits import EditScheduler
 from bot.slack.render import Block, defuse
-from bot.slack.task_cards import TEXT_MAX_CHARS, task_chunk, task_details, task_status, turn_message
+from bot.slack.task_cards import TEXT_MAX_CHARS, task_chunk, turn_message
 from bot.toolcall import CallStatus, ToolCall
 
 log = logging.getLogger(__name__)
@@ -250,7 +250,9 @@ class TurnMessage:
         if final and self.phase is Phase.NEW:
             await self._budget.spend("chat.startStream")
         delta = self._text_delta(final)
-        chunks = [chunk for chunk in map(task_chunk, self.calls.values()) if self._shown.get(chunk.id) != _seen(chunk)]
+        chunks = self._changed_cards()
+        if not (final or delta or chunks):
+            return
         self._given += len(delta)
         try:
             if final:
@@ -293,11 +295,12 @@ class TurnMessage:
                 end -= len(tail) - cut
         return defuse(self.text[self._given : max(self._given, end)])
 
+    def _changed_cards(self) -> list[TaskUpdateChunk]:
+        return [chunk for chunk in map(task_chunk, self.calls.values()) if self._shown.get(chunk.id) != _seen(chunk)]
+
     def _news(self) -> bool:
-        """Whether the stream lags behind: text not handed over yet, or a card that changed."""
-        return len(self.text[:TEXT_MAX_CHARS]) > self._given or any(
-            self._shown.get(call.id) != (task_status(call), task_details(call)) for call in self.calls.values()
-        )
+        """Whether the stream lags behind: text it may be given now, or a card that changed."""
+        return bool(self._text_delta(self.final)) or bool(self._changed_cards())
 
     async def _pace(self, method: str) -> None:
         wait_s = self._last_call + self._interval_s - time.monotonic()
