@@ -61,7 +61,7 @@ async def test_a_tool_turn_is_one_streamed_message_with_its_task_card(own: World
     assert message.text == "Sleeping a bit.\n\nRested."
     assert statuses(message)[-2:] == ["in_progress", "complete"]
     assert set(statuses(message)) <= {"pending", "in_progress", "complete"}
-    assert any("slept" in details for r in message.history for _, _, details in task_cards(r.blocks))
+    assert any("running" in details for r in message.history for _, _, details in task_cards(r.blocks))
     stream = slack.streams.of("C1", message.ts)
     assert stream is not None
     await slack.wait_for(lambda: stream.ended_by, WAIT_S, "the stream stopped")
