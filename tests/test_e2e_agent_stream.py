@@ -81,12 +81,12 @@ async def test_a_call_outliving_its_stream_keeps_live_progress_and_lands_its_fin
     else:
         slack.streams.expire_before(point)
     own.script.add(
-        "sleep 4 seconds",
-        Reply.tools(tool_use("sleep_for", {"seconds": 4}), text="Working on it."),
+        "sleep 6 seconds",
+        Reply.tools(tool_use("sleep_for", {"seconds": 6}), text="Working on it."),
         Reply.text_only("All done."),
     )
     await start(own)
-    event = await mention(slack, "C1", "sleep 4 seconds")
+    event = await mention(slack, "C1", "sleep 6 seconds")
     message = await the_turn(slack, "C1", event["ts"], "All done.")
     assert bot_posts(slack, "C1", event["ts"]) == [message]
     stream = slack.streams.of("C1", message.ts)

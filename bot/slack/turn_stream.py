@@ -22,7 +22,8 @@ that closes normally takes it back (`forget_kept`).
 
 Budgets (Slack's method docs): `chat.appendStream` is Tier 4 (100+ a minute), `chat.stopStream` Tier 2
 (20+ a minute); `chat.startStream` is taken to be Tier 2 like its twin. Each is a workspace-wide token
-bucket here (`StreamBudget`); one message is appended at most once a second, a 429 pauses its method
+bucket here (`StreamBudget`); one message is appended at most once a second (a card whose status did not
+change, at most every `PROGRESS_INTERVAL_S`), a 429 pauses its method
 for its `Retry-After`, and an edit after the stream spends `chat.update`'s Tier 3 budget in the
 `EditScheduler` like every other edit.
 """
@@ -52,6 +53,8 @@ from bot.toolcall import CallStatus, ToolCall
 log = logging.getLogger(__name__)
 
 APPEND_INTERVAL_S = 1.0
+PROGRESS_INTERVAL_S = 3.0
+"""How often a running call's card is appended when only its progress line moved."""
 START_ATTEMPTS = 3
 """Failed starts (Slack unreachable, 5xx) before the turn is posted as a plain message instead."""
 TIERS_PER_MINUTE = {"chat.startStream": 20.0, "chat.appendStream": 100.0, "chat.stopStream": 20.0}
@@ -147,6 +150,8 @@ class TurnMessage:
         self._stream: AsyncChatStream | None = None
         self._given = 0  # characters of `text` handed to the stream helper (it keeps what failed to go)
         self._shown: dict[str, tuple[str, str]] = {}  # what the stream shows of each card: (status, details)
+        self._sent_at: dict[str, float] = {}  # when each card was last appended
+        self._rewake: asyncio.TimerHandle | None = None
         self._last_call = 0.0
         self._failures = 0
         self._revision = 0
@@ -216,6 +221,8 @@ class TurnMessage:
 
     async def close(self) -> None:
         """At shutdown: a final state not shown yet goes to the edit scheduler (which keeps it for the next start)."""
+        if self._rewake is not None:
+            self._rewake.cancel()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -273,6 +280,7 @@ class TurnMessage:
             self._last_call = time.monotonic()
         self._failures = 0
         self._shown.update((chunk.id, _seen(chunk)) for chunk in chunks)
+        self._sent_at.update((chunk.id, self._last_call) for chunk in chunks)
         if self.phase is Phase.NEW:
             self.ts = self._stream.ts
             self.phase = Phase.STREAMING
@@ -296,7 +304,27 @@ class TurnMessage:
         return defuse(self.text[self._given : max(self._given, end)])
 
     def _changed_cards(self) -> list[TaskUpdateChunk]:
-        return [chunk for chunk in map(task_chunk, self.calls.values()) if self._shown.get(chunk.id) != _seen(chunk)]
+        """The cards to append: a new status at once; a new progress line once `PROGRESS_INTERVAL_S` has passed
+        since the card was last appended (a woken check comes then), so a long call's ticking clock costs a
+        few appends a minute of Tier 4's budget, not one a second."""
+        now = time.monotonic()
+        changed, due_in = [], None
+        for chunk in map(task_chunk, self.calls.values()):
+            shown = self._shown.get(chunk.id)
+            if shown == _seen(chunk):
+                continue
+            wait_s = self._sent_at.get(chunk.id, -PROGRESS_INTERVAL_S) + PROGRESS_INTERVAL_S - now
+            if shown is None or shown[0] != chunk.status or wait_s <= 0 or self.final:
+                changed.append(chunk)
+            else:
+                due_in = wait_s if due_in is None else min(due_in, wait_s)
+        if due_in is not None and not changed and self._rewake is None:
+            self._rewake = asyncio.get_running_loop().call_later(due_in, self._woken)
+        return changed
+
+    def _woken(self) -> None:
+        self._rewake = None
+        self._wake.set()
 
     def _news(self) -> bool:
         """Whether the stream lags behind: text it may be given now, or a card that changed."""
