@@ -10,6 +10,10 @@ What it knows of each session (its address, who asks there, a heartbeat thread
 opened by its first post) is kept in `Sessions`; how a heartbeat turn stays silent
 until it has something to say, in `QuietHold`; how a post reaches the thread, paced
 and owed until Slack has it, in `ThreadPosts`; one streamed answer, in `ReplyStream`.
+In agent mode (`surface`) a thread's turn is instead one streamed message with a task card
+per call, in `TurnMessage` (bot/slack/turn_stream.py); a heartbeat's turns, and calls that
+wait for a person's button, keep the classic messages. In classic mode the model's words
+before a batch of calls fold into the batch's status message (`_take_preamble`).
 
 What is still queued when a turn ends (its answer behind a slow post, a notice) is
 handed to the turn's last save (`owed_posts`), which owes it in the transaction that
@@ -54,7 +58,8 @@ from bot.slack.sessions import Sessions, SessionState
 from bot.slack.status import StatusBoard, StatusMessage
 from bot.slack.thinking import ThinkingStatus
 from bot.slack.threads import ThreadPosts
-from bot.slack.turn_stream import NOT_AN_AGENT, Phase, Place, StreamBudget, TurnMessage
+from bot.slack.turn_stream import StreamBudget, TurnMessage
+from bot.slack.turns import AgentTurns
 from bot.slack.uploads import ANSWER_FILE, UPLOAD_OVER_CHARS, answer_comment
 from bot.store import OwedMessage, Store
 from bot.telemetry.metrics import Metrics
@@ -107,12 +112,15 @@ class SlackEdge:
         self._thinking = ThinkingStatus(client, self._sessions)
         self.board = StatusBoard(_edit_with(edits), repost=self._repost_status)
         self._quiet = QuietHold(self._sessions, abandon=self.board.abandon)
-        self._surface = surface
-        self._stream_client = stream_client or client
-        self._stream_budget = stream_budget or StreamBudget()
-        self._turns: dict[str, TurnMessage] = {}  # the running turn's message, by session
-        self._turn_of_call: dict[str, TurnMessage] = {}
-        self._live_turns: list[TurnMessage] = []  # messages not closed yet (their calls may outlive the turn)
+        self._turns = AgentTurns(
+            surface=surface,
+            client=stream_client or client,
+            edits=edits,
+            sessions=self._sessions,
+            threads=self.threads,
+            put=self._put,
+            budget=stream_budget,
+        )
 
     def attach(self, store: Store) -> None:
         self._store = store
@@ -142,28 +150,23 @@ class SlackEdge:
         self._put(session_key, lambda: self._thinking.show(session_key, True))
 
     def text_delta(self, session_key: str, delta: str) -> None:
-        if (turn := self._turn(session_key)) is not None:
+        if (turn := self._turns.of(session_key)) is not None:
             turn.add_text(delta)
             return
         self._reply(session_key).add(delta)
 
     def text_done(self, session_key: str) -> None:
-        if (turn := self._turns.get(session_key)) is not None:
-            turn.end_text()
+        self._turns.text_done(session_key)
         session = self._sessions.get(session_key)
         if session.reply is not None:
             session.reply.finish()
             session.reply = None
 
     def calls_started(self, session_key: str, calls: list[ToolCall]) -> None:
-        if (turn := self._turn(session_key)) is not None:
-            # A call that waits for a person's approval or answer keeps its status message: it holds the buttons.
-            cards = [call for call in calls if not call.awaiting_person]
-            turn.add_calls(cards)
-            self._turn_of_call.update((call.id, turn) for call in cards)
-            calls = [call for call in calls if call.awaiting_person]
-            if not calls:
-                return
+        left = self._turns.calls_started(session_key, calls)  # in agent mode, the turn's message shows them
+        if calls and not left:
+            return
+        calls = left
         message = self.board.start(session_key, calls, self._take_preamble(session_key))
         self._put(session_key, lambda: self._post_status(session_key, message))
         for call in calls:  # arguments too long for the status line, shared once, when the call first asks
@@ -171,9 +174,7 @@ class SlackEdge:
                 self.file_shared(session_key, SharedFile(name, arguments_text(call).encode(), "text/plain"))
 
     def call_changed(self, call: ToolCall) -> None:
-        if (turn := self._turn_of_call.get(call.id)) is not None and turn.changed(call):
-            if call.is_final:
-                del self._turn_of_call[call.id]
+        if self._turns.changed(call):
             return
         showing = self.board.showing(call.id)
         if showing is not None and call.is_final and showing.preamble:
@@ -267,8 +268,7 @@ class SlackEdge:
     def turn_finished(self, outcome: TurnOutcome) -> None:
         key = outcome.session_key
         self._release(key)
-        if (turn := self._turns.pop(key, None)) is not None:
-            turn.finish()
+        self._turns.turn_finished(key)
         state = self._sessions.get(key)
         handed, state.handed = state.handed, []
         if outcome.owed_posts:
@@ -305,8 +305,7 @@ class SlackEdge:
             self.text_done(key)
         if not await self._queues.drain(timeout_s):
             log.warning("shut down with Slack posts still queued")
-        for turn in self._live_turns:
-            await turn.close()
+        await self._turns.close()
         await self.threads.close(timeout_s / 2)
 
     @property
@@ -329,7 +328,7 @@ class SlackEdge:
 
     def turn_at(self, channel: str, ts: str) -> TurnMessage | None:
         """The turn message at (channel, ts), if this process shows a turn there (a cancel reaction on it)."""
-        return next((turn for turn in self._live_turns if (turn.channel, turn.ts) == (channel, ts)), None)
+        return self._turns.at(channel, ts)
 
     async def say(self, channel: str, thread_ts: str, text: str, blocks: list[Block] | None = None) -> str | None:
         """A line in a thread that is no session's (`ThreadPosts.say`)."""
@@ -354,43 +353,6 @@ class SlackEdge:
         """Queue `operation` behind the session's others; a holdable one is set aside during a held quiet turn."""
         operation = self._tracing.bind(operation)  # its posts are spans of the turn that queued them
         self._queues.put(key, self._quiet.holdable(key, operation) if holdable else operation)
-
-    def _turn(self, key: str) -> TurnMessage | None:
-        """The session's turn as one streamed message, in agent mode; None: the classic surface shows it."""
-        turn = self._turns.get(key)  # a turn begun in agent mode ends in it, even if Slack refused its stream
-        if turn is None and (self._surface == "classic" or not key.startswith(SESSION_PREFIX)):
-            return None
-        if turn is None:
-            self._live_turns = [live for live in self._live_turns if live.phase is not Phase.DONE]
-            turn = TurnMessage(
-                key,
-                client=self._stream_client,
-                edits=self._edits,
-                budget=self._stream_budget,
-                post=functools.partial(self._post_turn, key),
-                refused=self._stream_refused,
-            )
-            self._turns[key] = turn
-            self._live_turns.append(turn)
-            self._put(key, functools.partial(self._open_turn, key, turn))
-        return turn
-
-    async def _open_turn(self, key: str, turn: TurnMessage) -> None:
-        address = await self._sessions.address(key)
-        if address is None or address.thread_ts is None:
-            log.warning("no Slack thread for session %s; its turn is not shown", key)
-            return
-        await turn.open(Place(address.channel, address.thread_ts, address.team, address.speaker or address.requester))
-
-    async def _post_turn(self, key: str, text: str, blocks: list[Block], owed: bool) -> tuple[str, str] | None:
-        return await self.threads.post(key, text, blocks, owed=owed)
-
-    def _stream_refused(self, error: str) -> None:
-        if error in NOT_AN_AGENT and self._surface == "auto":
-            self._surface = "classic"
-            log.warning("Slack refused chat.startStream (%s): turns show as status messages (classic) from now", error)
-        else:
-            log.warning("chat.startStream refused (%s); this turn is posted as a message and edited", error)
 
     def _reply(self, key: str) -> ReplyStream:
         session = self._sessions.get(key)
