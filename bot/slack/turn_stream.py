@@ -204,6 +204,10 @@ class TurnMessage:
 
     # ---- Slack --------------------------------------------------------------------------------------------------
 
+    def abandon(self) -> None:
+        """The turn has nowhere to be shown (its session has no Slack thread): nothing is ever sent for it."""
+        self.phase = Phase.DONE
+
     async def open(self, place: Place) -> None:
         """Start talking to Slack (run it in the session's queue: the message comes after what is posted before
         it); returns once the message exists, or its first attempt failed."""

@@ -110,6 +110,7 @@ class AgentTurns:
         address = await self._sessions.address(key)
         if address is None or address.thread_ts is None:
             log.warning("no Slack thread for session %s; its turn is not shown", key)
+            turn.abandon()
             return
         await turn.open(Place(address.channel, address.thread_ts, address.team, address.speaker or address.requester))
 
