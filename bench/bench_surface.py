@@ -4,7 +4,8 @@ Run: `.venv/bin/python bench/bench_surface.py [turns]` (about a minute). Prints 
 For each mode a real daemon (`python -m bot run`, Socket Mode) answers `turns` mentions in one channel, each a
 tool turn: the model says a few words, calls `sleep_for` for 3 s, then answers. Counted from the fake Slack:
 posts (`chat.postMessage`), edits (`chat.update`) and stream calls (`chat.startStream` / `appendStream` /
-`stopStream`) per turn, and the messages each thread ends with. Agent
+`stopStream`) per turn, the messages each thread ends with, and how long after the call ended (taken as the model's next
+request, which follows the call's end by a few milliseconds) its final state was visible. Agent
 mode is measured twice: with a stream that lives through the turn, and with Slack ending every stream after
 1.5 s (the stream limit, in seconds instead of five minutes), where the message is kept by `chat.update`.
 """
@@ -75,8 +76,21 @@ async def run(mode: str, turns: int, stream_limit_s: float | None) -> dict[str, 
                 counts = {method: (len(slack.calls_to(method)) - before[method]) / turns for method in METHODS}
                 posts = [len(slack.posts_in_thread("C1", e["ts"])) for e in events]
                 statuses = [len(status_posts(slack, "C1", e["ts"])) for e in events]
+                lags = []
+                for event in events:
+                    words = f"turn {events.index(event)}"
+                    asked_again = [
+                        at
+                        for request, at in zip(model.requests, model.request_times, strict=True)
+                        if words in user_texts(request)[0] and len(request["messages"]) > 1
+                    ]
+                    seen = _final(slack, event["ts"], agent)
+                    if asked_again and seen is not None:
+                        lags.append(seen - asked_again[0])
                 return {
                     **counts,
+                    "final visible after call, ms p50": statistics.median(lags) * 1000,
+                    "final visible after call, ms max": max(lags) * 1000,
                     "messages per turn": statistics.mean(posts),
                     "status messages per turn": statistics.mean(statuses),
                 }
