@@ -179,3 +179,17 @@ async def test_what_a_restart_must_show_is_kept_while_the_message_streams(rig: R
     assert [status for _, status, details in task_cards(kept.blocks) if "orphaned" in details] == ["error"]
     assert "Long one." in kept.text
     assert rig.slack.message("C1", turn.ts or "").history[-1].blocks != kept.blocks, "kept, not sent"
+
+
+async def test_a_429_on_append_pauses_the_stream_and_loses_nothing(rig: Rig) -> None:
+    turn = rig.turn()
+    turn.add_text("One")
+    await turn.open(PLACE)
+    rig.slack.fail("chat.appendStream", status=429, retry_after=1)
+    turn.add_text(" two")
+    await rig.until(lambda: rig.slack.rate_limited["chat.appendStream"] or None, "the 429")
+    turn.add_text(" three.")
+    turn.finish()
+    await rig.until(lambda: turn.phase is Phase.DONE, "the stream stopped")
+    assert shown(rig.slack, turn.ts or "")[0] == "One two three."
+    assert not rig.slack.calls_to("chat.update"), "a pause is not the end of the stream"
