@@ -319,6 +319,7 @@ async def _join_cluster(
 
     def live(replicas: int) -> None:
         edits.share_budget(replicas)
+        edge.share_budget(replicas)
         if ingress.home is not None:
             ingress.home.share_budget(replicas)
 

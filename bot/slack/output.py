@@ -135,6 +135,10 @@ class SlackEdge:
         """Deliver what a gone replica owed Slack, as if this process had owed it."""
         self._edits.resume(self.threads.take_over(owed))
 
+    def share_budget(self, replicas: int) -> None:
+        """The stream methods' limits are the workspace's, as the edit budget is (`EditScheduler.share_budget`)."""
+        self._turns.share_budget(replicas)
+
     @property
     def outbox_owed(self) -> int:
         return self.threads.owed

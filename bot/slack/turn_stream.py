@@ -72,6 +72,7 @@ class StreamBudget:
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic, scale: float = 1.0) -> None:
         self._clock = clock
+        self._scale = scale
         now = clock()
         self._buckets = {
             method: TokenBucket(per_minute * scale / 60.0, BURSTS[method], now)
@@ -88,6 +89,11 @@ class StreamBudget:
                 self._buckets[method].take(now)
                 return
             await asyncio.sleep(wait_s)
+
+    def share(self, replicas: int) -> None:
+        """The limits are the workspace's: with `replicas` live processes each spends its share."""
+        for method, per_minute in TIERS_PER_MINUTE.items():
+            self._buckets[method].rate = per_minute * self._scale / 60.0 / max(1, replicas)
 
     def pause(self, method: str, seconds: float) -> None:
         now = self._clock()

@@ -99,6 +99,9 @@ class AgentTurns:
         if (turn := self._current.pop(key, None)) is not None:
             turn.finish()
 
+    def share_budget(self, replicas: int) -> None:
+        self._budget.share(replicas)
+
     def at(self, channel: str, ts: str) -> TurnMessage | None:
         return next((turn for turn in self._live if (turn.channel, turn.ts) == (channel, ts)), None)
 
