@@ -61,6 +61,7 @@ def _env(slack: FakeSlack, model: FakeAnthropic, data_dir: Path) -> dict[str, st
         BOT_DATA_DIR=str(data_dir),
         BOT_MAX_CONCURRENT_TOOLS=str(FANOUT_THREADS * CALLS_PER_THREAD + 56),
         BOT_LOG_FORMAT="text",
+        BOT_SLACK_SURFACE="classic",  # its figures are the status messages' edit budget
     )
     return env
 

@@ -192,6 +192,9 @@ class Settings(BaseSettings):
     bot_socket_ping_interval_s: float = Field(10, gt=0)
     bot_socket_max_silence_s: float = Field(3600, ge=0)
     bot_log_format: str = "text"
+    bot_slack_surface: Literal["auto", "agent", "classic"] = "auto"
+    """How a turn shows in Slack: one streamed message with task cards (`agent`), or status messages and an
+    edited answer (`classic`); `auto` streams where Slack accepts it."""
     bot_prompt_cache: Literal["5m", "1h", "off"] = "5m"
     bot_model_prices: dict[str, Price] = Field(default_factory=dict)
     bot_context_window: int = Field(200_000, ge=1_000)

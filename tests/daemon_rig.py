@@ -72,6 +72,7 @@ class Daemon:
             ANTHROPIC_API_KEY="test",
             BOT_DATA_DIR=str(self.data_dir),
             BOT_POLICY_FILE=str(OPEN_POLICY),
+            BOT_SLACK_SURFACE="classic",  # the suite's tests mean the classic surface unless they ask for another
         )
         return env | self.env
 
@@ -199,7 +200,12 @@ def bot_posts(slack: FakeSlack, channel: str, thread_ts: str) -> list[StoredMess
 
 
 def status_posts(slack: FakeSlack, channel: str, thread_ts: str) -> list[StoredMessage]:
-    return [m for m in bot_posts(slack, channel, thread_ts) if m.blocks and m.blocks[0].get("type") == "section"]
+    """The bot's status messages: those with a call's line (the model's words before the calls may come first)."""
+    return [
+        m
+        for m in bot_posts(slack, channel, thread_ts)
+        if any(str(block.get("block_id", "")).startswith("call:") for block in m.blocks or [])
+    ]
 
 
 async def wait_text(slack: FakeSlack, channel: str, thread_ts: str, needle: str) -> StoredMessage:

@@ -82,6 +82,7 @@ def test_defaults_match_the_contract() -> None:
     assert s.bot_enable_shell is False
     assert s.bot_metrics_port is None
     assert s.bot_log_format == "text"
+    assert s.bot_slack_surface == "auto"
 
 
 def test_dotenv_file_in_working_directory_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -151,6 +152,7 @@ def test_yield_strategies_parse(monkeypatch: pytest.MonkeyPatch, text: str, expe
         ("BOT_METRICS_PORT", "70000"),
         ("BOT_LOG_FORMAT", "xml"),
         ("BOT_ENABLE_SHELL", "maybe"),
+        ("BOT_SLACK_SURFACE", "fancy"),
     ],
 )
 def test_bad_value_is_one_line_naming_the_variable(monkeypatch: pytest.MonkeyPatch, variable: str, value: str) -> None:

@@ -118,10 +118,12 @@ async def test_status_message_shows_progress_and_the_end(world: World) -> None:
     assert "`sleep_for(seconds=3)`" in revisions[0]
     assert any(re.search(r"⏳ .* — running \ds · slept \ds of 3s", t) for t in revisions), revisions
     assert re.search(r"✅ `sleep_for\(seconds=3\)` — done in 3\.\ds", status.text)
-    assert (status.history[0].blocks or [])[0]["accessory"]["action_id"] == "cancel_call"
-    assert "accessory" not in (status.blocks or [{}])[0]
+    said, line = status.history[0].blocks or [{}, {}]
+    assert said == {"type": "markdown", "text": "Sleeping a bit."}, "the words before the call are on its status"
+    assert line["accessory"]["action_id"] == "cancel_call"
+    assert "accessory" not in (status.blocks or [{}, {}])[1]
     answers = [m.text for m in bot_posts(slack, channel, event["ts"]) if m is not status]
-    assert answers == ["Sleeping a bit.", "Rested."]
+    assert answers == ["Rested."], "a tool turn posts twice: the status (with the words before it) and the answer"
 
 
 async def test_reply_while_a_tool_runs_is_injected(world: World) -> None:
@@ -537,3 +539,24 @@ async def test_metrics_show_the_shape_of_a_tool_turn(own: World) -> None:
     assert values[f"threadbot_model_output_tokens_total{{{model}}}"] > 0
     assert values[f"threadbot_model_cost_usd_total{{{model}}}"] > 0
     assert values["threadbot_turns_started_total"] == 1
+
+
+async def test_a_kill_9_mid_call_keeps_the_words_on_the_status_message_and_lands_its_final_state(own: World) -> None:
+    """The model's words before its call live on the call's status message (classic mode): a repaint after a
+    restart, which knows only the calls, must not wipe them."""
+    slack, daemon = own.slack, own.daemon
+    own.script.add("sleep 30 seconds", Reply.tools(tool_use("sleep_for", {"seconds": 30}), text="Long one."))
+    await daemon.start()
+    await daemon.connected()
+    event = await mention(slack, "C1", "sleep 30 seconds")
+    status = await wait_status(slack, "C1", event["ts"])
+    await slack.wait_for(lambda: "slept" in status.text or None, WAIT_S, "the call running")
+    assert daemon.process is not None
+    daemon.process.kill()
+    await daemon.process.wait()
+    daemon.process = None
+    await daemon.start()
+    await daemon.connected(total=2)
+    await slack.wait_for(lambda: "👻" in status.text or None, WAIT_S * 2, "the orphaned status")
+    assert (status.blocks or [{}])[0] == {"type": "markdown", "text": "Long one."}
+    assert len(bot_posts(slack, "C1", event["ts"])) == 1

@@ -34,6 +34,7 @@ from bot.slack.agent_session import AgentSessions
 from bot.slack.filters import may_cancel, session_key
 from bot.slack.sessions import Sessions
 from bot.slack.status import StatusBoard
+from bot.slack.turns import AgentTurns
 from bot.store import Store
 from bot.telemetry.metrics import Metrics
 
@@ -51,6 +52,7 @@ class Canceller:
         engine: Engine,
         registry: CallRegistry,
         board: StatusBoard,
+        turns: AgentTurns,
         sessions: Sessions,
         settings: Settings,
         metrics: Metrics,
@@ -70,6 +72,7 @@ class Canceller:
         self._engine = engine
         self._registry = registry
         self._board = board
+        self._turns = turns
         self._sessions = sessions
         self._settings = settings
         self._metrics = metrics
@@ -89,7 +92,7 @@ class Canceller:
         if not self._admission.admits(user, team=team_of(event), channel=channel):
             log.info("ignoring a reaction by %s: not someone the bot answers", user)
             return
-        status = self._board.find(channel, ts)
+        status = self._board.find(channel, ts) or self._turns.at(channel, ts)
         if status is not None:
             if status.open_calls and await self._permitted(user, status.session_key):
                 self._metrics.inc("cancels_total")

@@ -131,6 +131,7 @@ async def _run(
             upload_over_chars=settings.bot_upload_over_chars,
             tracing=telemetry.tracing,
             agent_sessions=(agent_sessions := AgentSessions(client, ground.store)),
+            surface=settings.bot_slack_surface,
         )
 
         def owns(key: str) -> bool:
@@ -257,6 +258,7 @@ def _ingress(
         engine=core.engine,
         registry=core.registry,
         board=edge.board,
+        turns=edge.turns,
         sessions=edge.sessions,
         settings=settings,
         metrics=metrics,

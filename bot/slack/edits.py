@@ -161,6 +161,17 @@ class EditScheduler:
         self._idle.clear()
         self._wake.set()
 
+    def keep_if_lost(self, channel: str, ts: str, *, text: str, blocks: list[dict[str, Any]] | None) -> None:
+        """Write a state to the journal without sending it: what the next process is to show if this one dies
+        first (a streamed message, which is not edited while it streams). A final recorded since wins."""
+        if self._journal is not None and (channel, ts) not in self._finalized:
+            self._journal.owe(channel, ts, text, blocks)
+
+    def forget_kept(self, channel: str, ts: str) -> None:
+        """The message showed its last word by other means (its stream closed): nothing of it is owed now."""
+        if self._journal is not None and (channel, ts) not in self._finalized:
+            self._journal.settle(channel, ts, None)
+
     def share_budget(self, replicas: int) -> None:
         """Slack's edit budget is the workspace's: with `replicas` live processes each spends its share."""
         self._bucket.rate = self._per_minute / 60.0 / max(1, replicas)

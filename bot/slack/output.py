@@ -10,6 +10,10 @@ What it knows of each session (its address, who asks there, a heartbeat thread
 opened by its first post) is kept in `Sessions`; how a heartbeat turn stays silent
 until it has something to say, in `QuietHold`; how a post reaches the thread, paced
 and owed until Slack has it, in `ThreadPosts`; one streamed answer, in `ReplyStream`.
+In agent mode (`surface`) a thread's turn is instead one streamed message with a task card
+per call, in `TurnMessage` (bot/slack/turn_stream.py); a heartbeat's turns, and calls that
+wait for a person's button, keep the classic messages. In classic mode the model's words
+before a batch of calls fold into the batch's status message (`_take_preamble`).
 
 What is still queued when a turn ends (its answer behind a slow post, a notice) is
 handed to the turn's last save (`owed_posts`), which owes it in the transaction that
@@ -25,7 +29,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -33,6 +37,7 @@ from bot.calls.summary import arguments_text
 from bot.slack.agent_session import AgentSessions
 from bot.slack.edits import EditScheduler
 from bot.slack.feedback import feedback_block
+from bot.slack.filters import SESSION_PREFIX
 from bot.slack.posts import PostQueue, Priority
 from bot.slack.queues import Operation, SerialQueues
 from bot.slack.quiet import QuietHold
@@ -52,15 +57,23 @@ from bot.slack.sessions import Sessions, SessionState
 from bot.slack.status import StatusBoard, StatusMessage
 from bot.slack.thinking import ThinkingStatus
 from bot.slack.threads import ThreadPosts
+from bot.slack.turn_stream import StreamBudget
+from bot.slack.turns import AgentTurns
 from bot.slack.uploads import ANSWER_FILE, UPLOAD_OVER_CHARS, answer_comment
 from bot.store import OwedMessage, Store
 from bot.telemetry.metrics import Metrics
 from bot.telemetry.tracing import Tracing
-from bot.toolcall import ToolCall
+from bot.toolcall import CallStatus, ToolCall
 from bot.types import OwedLine, OwedPost, TurnOutcome
 from tools.base import SharedFile
 
 log = logging.getLogger(__name__)
+
+FOLD_WAIT_S = 2.0
+"""The longest a complete answer waits to hear whether calls follow it: the engine says so within milliseconds
+(it stores the calls, or the turn), so this only bounds a surprise."""
+PREAMBLE_MAX_CHARS = 2_000
+"""The model's words before a batch of calls that fold into its status message; longer ones are posted."""
 
 
 class SlackEdge:
@@ -80,11 +93,15 @@ class SlackEdge:
         upload_over_chars: int = UPLOAD_OVER_CHARS,
         tracing: Tracing | None = None,
         agent_sessions: AgentSessions | None = None,
+        surface: str = "classic",
+        stream_client: AsyncWebClient | None = None,
+        stream_budget: StreamBudget | None = None,
     ) -> None:
-        """`posts` should use a client without the SDK's 429 retries (see `build_client`); by default, `client`.
-        `shared` (a cluster's replica): who may cancel is read from the store, since a turn may have started
-        on another replica.
-        With `agent_sessions`, each thread's agent session status follows what runs in it."""
+        """`posts` and `stream_client` should use a client without the SDK's 429 retries (see `build_client`); by
+        default, `client`. `shared` (a cluster's replica): who may cancel is read from the store, since a turn may
+        have started on another replica. `surface` is `BOT_SLACK_SURFACE`: `agent` and `auto` show a thread's
+        turns as streamed messages with task cards (bot/slack/turn_stream.py), `auto` going back to `classic` if
+        Slack refuses. With `agent_sessions`, each thread's agent session status follows what runs in it."""
         self.agent_sessions = agent_sessions
         self._tracing = tracing or Tracing()
         self._client = client
@@ -100,6 +117,15 @@ class SlackEdge:
         self._thinking = ThinkingStatus(client, self.sessions)
         self.board = StatusBoard(_edit_with(edits), repost=self._repost_status)
         self._quiet = QuietHold(self.sessions, abandon=self.board.abandon)
+        self.turns = AgentTurns(
+            surface=surface,
+            client=stream_client or client,
+            edits=edits,
+            sessions=self.sessions,
+            threads=self.threads,
+            put=self._put,
+            budget=stream_budget,
+        )
 
     async def resume(self) -> None:
         """At start: deliver what a previous process owed Slack (posts through the outbox, final edits queued)."""
@@ -110,8 +136,9 @@ class SlackEdge:
         self._edits.resume(self.threads.take_over(owed))
 
     def share_budget(self, processes: int) -> None:
-        """Slack's edit budget is the workspace's: with `processes` live each spends its share."""
+        """Slack's edit and stream budgets are the workspace's: with `processes` live each spends its share."""
         self._edits.share_budget(processes)
+        self.turns.share_budget(processes)
 
     @property
     def outbox_owed(self) -> int:
@@ -127,12 +154,17 @@ class SlackEdge:
 
     def model_call_started(self, session_key: str) -> None:
         """Slack clears "is thinking…" when the bot posts and after two minutes: set it again for every call."""
+        self._release(session_key)
         self._put(session_key, lambda: self._thinking.show(session_key, True))
 
     def text_delta(self, session_key: str, delta: str) -> None:
+        if (turn := self.turns.of(session_key)) is not None:
+            turn.add_text(delta)
+            return
         self._reply(session_key).add(delta)
 
     def text_done(self, session_key: str) -> None:
+        self.turns.text_done(session_key)
         session = self.sessions.get(session_key)
         if session.reply is not None:
             session.reply.finish()
@@ -141,7 +173,11 @@ class SlackEdge:
     def calls_started(self, session_key: str, calls: list[ToolCall]) -> None:
         if self.agent_sessions is not None:
             self.agent_sessions.calls_started(session_key, calls)
-        message = self.board.start(session_key, calls)
+        left = self.turns.calls_started(session_key, calls)  # in agent mode, the turn's message shows them
+        if calls and not left:
+            return
+        calls = left
+        message = self.board.start(session_key, calls, self._take_preamble(session_key))
         self._put(session_key, lambda: self._post_status(session_key, message))
         for call in calls:  # arguments too long for the status line, shared once, when the call first asks
             if call.awaiting_approval and (name := arguments_file(call)) is not None:
@@ -150,6 +186,11 @@ class SlackEdge:
     def call_changed(self, call: ToolCall) -> None:
         if self.agent_sessions is not None:
             self.agent_sessions.call_changed(call)
+        if self.turns.changed(call):
+            return
+        showing = self.board.showing(call.id)
+        if showing is not None and call.is_final and showing.preamble:
+            self._keep_status(showing)
         if not self.board.changed(call) and call.is_final and call.approvers:
             # Asked for before a restart (or on a gone replica): its message was posted by another process.
             self._put(call.session_key, functools.partial(self.repaint, [call]), holdable=False)
@@ -204,6 +245,8 @@ class SlackEdge:
 
     def turn_finished(self, outcome: TurnOutcome) -> None:
         key = outcome.session_key
+        self._release(key)
+        self.turns.turn_finished(key)
         if self.agent_sessions is not None:
             self.agent_sessions.turn_finished(key)
         state = self.sessions.get(key)
@@ -235,6 +278,8 @@ class SlackEdge:
                 self.agent_sessions.call_changed(orphan)
         for place, calls in (await self._store.displays_of([call.id for call in orphans])).items():
             channel, _, ts = place.partition(":")
+            if self._edits.owes_final(channel, ts):
+                continue  # its final state was kept for this start (with what else it shows), and is on its way
             # A new process knows nothing of the ids shown: a revision of its own, unlike any number before.
             text, blocks = status_message(calls, revision=f"r{time.time_ns()}")
             self._edits.update(channel, ts, text=text, blocks=blocks, final=True)
@@ -245,6 +290,7 @@ class SlackEdge:
             self.text_done(key)
         if not await self._queues.drain(timeout_s):
             log.warning("shut down with Slack posts still queued")
+        await self.turns.close()
         await self.threads.close(timeout_s / 2)
         if self.agent_sessions is not None:
             await self.agent_sessions.close(timeout_s / 2)
@@ -265,7 +311,10 @@ class SlackEdge:
         if session.reply is None:
             thread = _AnswerThread(key, session, self.threads, self._edits, self.board, self._put)
             session.reply = reply = ReplyStream(
-                thread, first_post_wait_s=self._first_post_wait_s, overflow_chars=self._upload_over_chars
+                thread,
+                first_post_wait_s=self._first_post_wait_s,
+                overflow_chars=self._upload_over_chars,
+                fold_wait_s=FOLD_WAIT_S if key.startswith(SESSION_PREFIX) else 0.0,
             )
             session.unsent.append(reply)
             session.last_reply = reply
@@ -274,6 +323,29 @@ class SlackEdge:
     def _repost_status(self, message: StatusMessage) -> None:
         self._put(message.session_key, lambda: self._post_status(message.session_key, message))
 
+    def _release(self, key: str) -> None:
+        for unsent in self.sessions.get(key).unsent:
+            if isinstance(unsent, ReplyStream):
+                unsent.release()
+
+    def _take_preamble(self, key: str) -> str | None:
+        """What the model said before asking for a batch of calls, if none of it is posted yet: it is shown on
+        the batch's status message instead of a post of its own (a tool turn then posts twice, not three times)."""
+        if not key.startswith(SESSION_PREFIX):
+            return None  # a heartbeat's first post opens its thread, and its words may yet be held back
+        unsent = self.sessions.get(key).unsent
+        replies = [reply for reply in unsent if isinstance(reply, ReplyStream)]
+        return replies[-1].fold(PREAMBLE_MAX_CHARS) if replies else None
+
+    def _keep_status(self, message: StatusMessage) -> None:
+        """A status message with the model's words on it: what a restart must leave it showing (its open calls
+        orphaned, its words kept) is kept in the final journal, since a repaint knows only the calls."""
+        if message.channel is None or message.ts is None or message.final:
+            return
+        lost = [c if c.is_final or c.awaiting_person else replace(c, status=CallStatus.ORPHANED) for c in message.calls]
+        text, blocks = status_message(lost, revision=f"r{time.time_ns()}", preamble=message.preamble)
+        self._edits.keep_if_lost(message.channel, message.ts, text=text, blocks=blocks)
+
     async def _post_status(self, key: str, message: StatusMessage) -> None:
         def poster(text: str, blocks: list[Block], owed: bool) -> Awaitable[tuple[str, str] | None]:
             # Owed, it is the batch's final state; else progress, which the answers of other threads pass.
@@ -281,6 +353,8 @@ class SlackEdge:
             return self.threads.post(key, text, blocks, owed=owed, priority=priority)
 
         await self.board.post(message, poster)
+        if message.preamble:
+            self._keep_status(message)
         if message.channel and message.ts:
             # Remembered so that after a crash the calls it shows can be repainted as orphaned.
             place = f"{message.channel}:{message.ts}"

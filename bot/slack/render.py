@@ -92,16 +92,22 @@ def call_line(call: ToolCall, now: datetime | None = None) -> str:
 
 
 def status_message(
-    calls: list[ToolCall], now: datetime | None = None, *, revision: str = "0"
+    calls: list[ToolCall], now: datetime | None = None, *, revision: str = "0", preamble: str | None = None
 ) -> tuple[str, list[Block]]:
     """A tool batch's status message: fallback text, and a section per call with a Cancel button while open.
 
-    Each rendering that replaces an earlier one needs its own `revision`: Slack asks for new `block_id`s when a
-    message is updated (a block kept under its old id may keep its old state in clients).
+    `preamble` is what the model said before asking for the calls, shown above them (in a `markdown` block, as
+    an answer is) so that a tool turn costs one post less. Each rendering that replaces an earlier one needs its
+    own `revision`: Slack asks for new `block_id`s when a message is updated (a block kept under its old id may
+    keep its old state in clients).
     """
     lines = [call_line(call, now) for call in calls]
     blocks: list[Block] = []
-    for call, line in zip(calls[:MAX_CALL_BLOCKS], lines, strict=False):
+    said = ""
+    if preamble:
+        said, blocks = answer_message(preamble)
+        said += "\n"
+    for call, line in zip(calls[: MAX_CALL_BLOCKS - len(blocks)], lines, strict=False):
         block: Block = {
             "type": "section",
             "block_id": f"call:{call.id}:{revision}"[-255:],
@@ -122,10 +128,10 @@ def status_message(
                 "text": {"type": "plain_text", "text": "Cancel"},
             }
         blocks.append(block)
-    if len(calls) > MAX_CALL_BLOCKS:
-        more = len(calls) - MAX_CALL_BLOCKS
+    if len(calls) > MAX_CALL_BLOCKS - bool(preamble):
+        more = len(calls) - MAX_CALL_BLOCKS + bool(preamble)
         blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"…and {more} more calls"}]})
-    return "\n".join(lines)[:SECTION_MAX_CHARS], blocks
+    return (said + "\n".join(lines))[:SECTION_MAX_CHARS], blocks
 
 
 def approval_blocks(call: ToolCall, revision: str) -> list[Block]:

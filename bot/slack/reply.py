@@ -15,6 +15,11 @@ new part, not on every delta (which would make a long answer quadratic). That ho
 `split_chunks`, which keeps blank chunks (a blank last one may yet fill up); only
 the chunks with something in them become messages.
 
+When calls follow an answer nobody has seen yet (the model's "let me check" before its tools), the
+edge takes it (`fold`) onto the calls' status message, so a tool turn posts twice, not three times;
+a complete answer not posted yet waits (`fold_wait_s`) until the edge says whether calls follow
+(`fold`) or not (`release`).
+
 The first post waits up to `first_post_wait_s` for the answer to finish: every
 `chat.update` spends a workspace-wide budget of about 50 a minute, and most answers
 take under a second to stream, so they land whole in one post and need no edit at
@@ -112,6 +117,10 @@ class ReplyStream:
     _posting: bool = field(default=False, init=False)  # a part's post is under way (it owes itself before it is tried)
     _handed: range = field(default=range(0), init=False)  # the parts owed elsewhere (`owe_rest`), never posted here
     _closing: list[Block] = field(default_factory=list, init=False)  # under the last part: the feedback buttons
+    _folded: bool = field(default=False, init=False)  # shown in another message (`fold`): nothing is posted here
+    fold_wait_s: float = 0.0
+    """How long a complete answer not posted yet waits to hear whether calls follow it (`fold`) or not (`release`)."""
+    _released: asyncio.Event = field(default_factory=asyncio.Event, init=False)
 
     def add(self, delta: str) -> None:
         self.text += delta
@@ -163,6 +172,28 @@ class ReplyStream:
             self._take_handed()
         return handed
 
+    def fold(self, max_chars: int) -> str | None:
+        """Take the whole answer to be shown in another message (a status message), if none of it is shown yet and
+        it is complete, within `max_chars`, and not held back; this stream then posts nothing. None: not taken."""
+        if (
+            not self.done
+            or self.parts
+            or self._posting
+            or self._handed
+            or not self._spoken
+            or len(self.text) > max_chars
+            or self._held_back()
+            or self.thread.quiet_word() is not None
+        ):
+            return None
+        self._folded = True
+        self._released.set()
+        return self.text.strip()
+
+    def release(self) -> None:
+        """No calls follow this answer (the turn ended, or the model was asked again): it is posted as it is."""
+        self._released.set()
+
     def finished_posting(self) -> bool:
         """Whether every part is posted or owed: nothing more can come of this stream."""
         shown_elsewhere = self._held_back() or self._oversized()  # a quiet word, or an upload
@@ -174,7 +205,10 @@ class ReplyStream:
             self.parts.append(_Part(None, None, self._chunks[len(self.parts)], True))
 
     def _held_back(self) -> bool:
-        """A quiet answer shows nothing until done, and nothing at all if it is just the quiet word."""
+        """A quiet answer shows nothing until done, and nothing at all if it is just the quiet word; a folded one,
+        nothing here."""
+        if self._folded:
+            return True
         quiet = self.thread.quiet_word()
         return quiet is not None and (not self.done or self.text.strip() == quiet)
 
@@ -210,6 +244,9 @@ class ReplyStream:
         if not self.parts and not self.done and len(self._chunks) == 1:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._finished.wait(), self.first_post_wait_s)
+        if not self.parts and self.done and self.fold_wait_s > 0 and len(self._chunks) == 1:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._released.wait(), self.fold_wait_s)
         try:
             while not self._held_back() and not self._oversized():
                 self._take_handed()

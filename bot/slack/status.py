@@ -35,10 +35,11 @@ class StatusMessage:
     posting: bool = True  # until the post returns, changes are left to the post itself
     deferred: bool = False  # its post did not land: its final state will be posted instead
     revision: int = 0  # how many times it was rendered: each rendering gets new block ids
+    preamble: str | None = None  # what the model said before it asked for these calls, shown above them
 
     def render(self) -> tuple[str, list[Block]]:
         self.revision += 1
-        return status_message(self.calls, revision=str(self.revision))
+        return status_message(self.calls, revision=str(self.revision), preamble=self.preamble)
 
     @property
     def open_calls(self) -> list[ToolCall]:
@@ -53,9 +54,9 @@ class StatusBoard:
         self._by_call: dict[str, StatusMessage] = {}
         self._by_ts: OrderedDict[tuple[str, str], StatusMessage] = OrderedDict()
 
-    def start(self, session_key: str, calls: list[ToolCall]) -> StatusMessage:
+    def start(self, session_key: str, calls: list[ToolCall], preamble: str | None = None) -> StatusMessage:
         """Track a new batch; the caller queues `post(message, ...)` behind the session's other posts."""
-        message = StatusMessage(session_key, list(calls))
+        message = StatusMessage(session_key, list(calls), preamble=preamble)
         for call in calls:
             self._by_call[call.id] = message
         return message
@@ -108,7 +109,7 @@ class StatusBoard:
         if message.ts is None or message.channel is None or message.failed:
             return
         final = all(call.is_final for call in message.calls)
-        text, blocks = status_message(message.calls, revision=str(message.revision + 1))
+        text, blocks = status_message(message.calls, revision=str(message.revision + 1), preamble=message.preamble)
         if text == message.shown and final == message.final:
             return
         message.revision += 1
@@ -127,6 +128,10 @@ class StatusBoard:
             if (message.deferred or message.posting) or (shown and owes_final(message.channel or "", message.ts or "")):
                 calls.extend(message.calls)
         return calls
+
+    def showing(self, call_id: str) -> StatusMessage | None:
+        """The message of this process that shows the call, while it is not final."""
+        return self._by_call.get(call_id)
 
     def find(self, channel: str, ts: str) -> StatusMessage | None:
         """The status message posted at (channel, ts), if this process posted it."""

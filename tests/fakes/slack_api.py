@@ -52,6 +52,7 @@ from slack_sdk.models.blocks import Block
 
 from fakes.slack_agent import FakeAgentSurface
 from fakes.slack_files import FakeFiles
+from fakes.slack_streams import FakeStreams
 
 JsonDict = dict[str, Any]
 T = TypeVar("T")
@@ -555,6 +556,8 @@ class FakeSlack:
         self._handlers |= self.files.handlers()
         self.agent = FakeAgentSurface(self)  # views.publish, suggested prompts, titles: see fakes/slack_agent.py
         self._handlers |= self.agent.handlers()
+        self.streams = FakeStreams(self)  # chat.startStream / appendStream / stopStream: see fakes/slack_streams.py
+        self._handlers |= self.streams.handlers()
 
     # ---- lifecycle ----------------------------------------------------------------------------------------
 
