@@ -69,6 +69,10 @@ from tools.base import SharedFile
 
 log = logging.getLogger(__name__)
 
+AGENT_STATUS_FLUSH_S = 1.0
+"""How long a stop waits for agent session statuses still paced behind Slack's budget: a courtesy, since a
+thread left `processing` is settled when its turn or orphaned call is taken up at the next start."""
+
 FOLD_WAIT_S = 2.0
 """The longest a complete answer waits to hear whether calls follow it: the engine says so within milliseconds
 (it stores the calls, or the turn), so this only bounds a surprise."""
@@ -293,7 +297,7 @@ class SlackEdge:
         await self.turns.close()
         await self.threads.close(timeout_s / 2)
         if self.agent_sessions is not None:
-            await self.agent_sessions.close(timeout_s / 2)
+            await self.agent_sessions.close(min(timeout_s / 2, AGENT_STATUS_FLUSH_S))
 
     @property
     def busy_sessions(self) -> int:
