@@ -188,13 +188,14 @@ class EngineOutput(Protocol):
     def file_shared(self, session_key: str, file: SharedFile) -> None:
         """A file a tool handed over for the people in the session (Slack uploads it; the console saves it)."""
 
-    def owed_posts(self, session_key: str) -> list[OwedPost]:
-        """What the edge has decided to say in the session and has not owed in a store yet, in order.
+    def owed_posts(self, outcome: TurnOutcome) -> list[OwedPost]:
+        """What the edge has decided to say in the turn's session and has not owed in a store yet, in order.
 
         Asked right before the turn's last save, which owes them in the transaction that marks the
         session's messages answered: nothing decided lives only in memory once a message counts as
         answered. From then on they are the store's; `turn_finished` names their ids
         (`TurnOutcome.owed_posts`). An edge that cannot fail to show a line (a terminal) owes nothing.
+        The turn's `outcome` so far says how it ended (an edge marks a rated answer by it).
         """
 
     def turn_finished(self, outcome: TurnOutcome) -> None: ...

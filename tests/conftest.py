@@ -192,9 +192,9 @@ class RecordingOutput:
         self.files.append((session_key, file))
         self._record("file_shared", session_key, file)
 
-    def owed_posts(self, session_key: str) -> list[OwedPost]:
-        owed = [post for post in self.unsent if post.session_key == session_key]
-        self.unsent = [post for post in self.unsent if post.session_key != session_key]
+    def owed_posts(self, outcome: TurnOutcome) -> list[OwedPost]:
+        owed = [post for post in self.unsent if post.session_key == outcome.session_key]
+        self.unsent = [post for post in self.unsent if post.session_key != outcome.session_key]
         return owed
 
     def turn_finished(self, outcome: TurnOutcome) -> None:

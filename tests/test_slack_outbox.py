@@ -111,12 +111,12 @@ async def test_what_waits_in_the_queue_when_the_turn_saves_is_owed_by_that_save_
     edge.text_delta(KEY, "The answer is 42.")
     edge.text_done(KEY)
 
-    owed = edge.owed_posts(KEY)
+    owed = edge.owed_posts(TurnOutcome(KEY))
     assert [(p.channel, p.thread_ts, p.text) for p in owed] == [
         ("C1", rig.root, "second"),
         ("C1", rig.root, "The answer is 42."),
     ]
-    assert edge.owed_posts(KEY) == [], "handed over once"
+    assert edge.owed_posts(TurnOutcome(KEY)) == [], "handed over once"
     ids = await rig.store.append_messages(KEY, [], owed=owed)
     assert [m.id for m in await rig.store.owed_messages()] == ids, "owed before anything is tried"
     edge.turn_finished(TurnOutcome(KEY, owed_posts=ids))
@@ -137,7 +137,7 @@ async def test_an_answer_owed_by_the_turns_save_is_posted_by_its_queue_when_slac
     await rig.slack.wait_for(lambda: [p.text for p in rig.posts()] == ["first"], WAIT_S, "the address known")
     edge.text_delta(KEY, "The answer is 42.")
     edge.text_done(KEY)
-    ids = await rig.store.append_messages(KEY, [], owed=edge.owed_posts(KEY))
+    ids = await rig.store.append_messages(KEY, [], owed=edge.owed_posts(TurnOutcome(KEY)))
     edge.turn_finished(TurnOutcome(KEY, owed_posts=ids))
     await rig.slack.wait_for(lambda: len(rig.posts()) == 2 and not edge.busy_sessions, WAIT_S, "the answer")
     assert edge.threads.outbox is not None and await edge.threads.outbox.idle(WAIT_S)

@@ -418,7 +418,7 @@ class TurnRunner:
             else:
                 note = f"(turn ended early: {outcome.error or 'interrupted'})"
             messages.append({"role": "assistant", "content": [protocol.text_block(note)]})
-        owed = self._output.owed_posts(conversation.key)
+        owed = self._output.owed_posts(outcome)
         try:
             outcome.owed_posts = await self._save(
                 conversation, answered=conversation.owes and not still_owed, owed=owed

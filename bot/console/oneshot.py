@@ -94,7 +94,7 @@ class CollectingOutput:
         except OSError as exc:
             self.notices.append(f"{file.name} could not be saved: {exc.strerror or exc}")
 
-    def owed_posts(self, session_key: str) -> list[OwedPost]:
+    def owed_posts(self, outcome: TurnOutcome) -> list[OwedPost]:
         """Printed is delivered: nothing is left to owe."""
         return []
 

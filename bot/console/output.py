@@ -64,7 +64,7 @@ class ConsoleOutput:
         """Saved under BOT_DATA_DIR/files, and the path printed: a terminal has nowhere to upload it."""
         self.line(shared_line(file, self._files_dir))
 
-    def owed_posts(self, session_key: str) -> list[OwedPost]:
+    def owed_posts(self, outcome: TurnOutcome) -> list[OwedPost]:
         """Printed is delivered: nothing is left to owe."""
         return []
 

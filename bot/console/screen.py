@@ -148,7 +148,7 @@ class TerminalOutput:
             self._print(f"⏰ {line.text}" if line.kind is LineKind.REMINDER else line.text)
         return True
 
-    def owed_posts(self, session_key: str) -> list[OwedPost]:
+    def owed_posts(self, outcome: TurnOutcome) -> list[OwedPost]:
         """A terminal cannot fail to show a line: nothing is left to owe."""
         return []
 

@@ -224,12 +224,16 @@ class SlackEdge:
 
         self._put(session_key, share)
 
-    def owed_posts(self, session_key: str) -> list[OwedPost]:
-        """The session's answer parts and notices still waiting in its queue, handed over to be owed.
+    def owed_posts(self, outcome: TurnOutcome) -> list[OwedPost]:
+        """The session's answer parts and notices still waiting in its queue, handed over to be owed; the
+        turn's final answer carries its feedback buttons, handed over or not.
 
         Not in a quiet session (its answer may yet come to nothing), nor before the session has an address
         and a thread (its first post opens it): there the queue posts, and owes, them itself."""
+        session_key = outcome.session_key
         state = self.sessions.get(session_key)
+        if (answer := state.last_reply) is not None and outcome.turn_id and _rated(outcome):
+            answer.rate(feedback_block(outcome.turn_id))
         address = state.address
         if address is not None and address.quiet_reply is not None:
             state.unsent.clear()
@@ -266,8 +270,9 @@ class SlackEdge:
                 owed = functools.partial(self.threads.hand_over, key, outcome.owed_posts)
             self._put(key, owed, holdable=False)
         self.text_done(key)  # a turn cancelled mid-answer never said text_done: seal what was shown
-        if (answer := state.last_reply) is not None and outcome.turn_id and not (outcome.cancelled_by or outcome.error):
-            self._put(key, functools.partial(answer.close_with, feedback_block(outcome.turn_id)))
+        if (answer := state.last_reply) is not None and outcome.turn_id and _rated(outcome):
+            answer.rate(feedback_block(outcome.turn_id))
+            self._put(key, answer.close_with)
         if outcome.cancelled_by:
             self._notice(key, f"🛑 Stopped by {who(outcome.cancelled_by)}.")
         self._put(key, lambda: self._thinking.show(key, False))
@@ -373,6 +378,11 @@ class SlackEdge:
                 await self.threads.post(key, text, owed=True)
 
         self._put(key, post)
+
+
+def _rated(outcome: TurnOutcome) -> bool:
+    """Whether the turn's answer is one to rate: a whole answer, not a stopped or failed turn's words."""
+    return not (outcome.cancelled_by or outcome.error)
 
 
 def _edit_with(edits: EditScheduler) -> Edit:

@@ -139,12 +139,14 @@ class ReplyStream:
             self._finished.set()
             self._sync()
 
-    async def close_with(self, block: Block) -> None:
-        """This is the turn's final answer: `block` goes under its last part, edited in if it is shown already.
-
-        Queued behind the answer's own posts; a last part handed to the outbox, or an answer shown otherwise
-        (uploaded, held back), goes without it."""
+    def rate(self, block: Block) -> None:
+        """This is the turn's final answer: `block` (its feedback buttons) goes under its last part, in the
+        parts handed over to be owed as in those posted here."""
         self._closing = [block]
+
+    async def close_with(self) -> None:
+        """Edit the rating block into the last part if that part is shown already (queued behind the answer's
+        own posts); an answer shown otherwise (uploaded, held back) goes without it."""
         shown = self.parts and len(self.parts) == len(self._chunks)
         if not self.done or not shown or self._held_back() or self._oversized():
             return
