@@ -51,7 +51,10 @@ async def test_mention_gets_a_threaded_markdown_reply(world: World) -> None:
     answer = await wait_text(slack, channel, event["ts"], "Hello")
     await slack.wait_for(lambda: answer.text == "Hello **there**.", WAIT_S, "the full answer")
     assert answer.thread_ts == event["ts"]
-    assert answer.blocks == [{"type": "markdown", "text": "Hello **there**."}]
+    await slack.wait_for(lambda: len(answer.blocks or []) == 2, WAIT_S, "the answer with its feedback buttons")
+    markdown, rating = answer.blocks or []
+    assert markdown == {"type": "markdown", "text": "Hello **there**."}
+    assert rating["type"] == "context_actions" and rating["elements"][0]["type"] == "feedback_buttons"
     [request] = world.requests("hi bot")
     assert user_texts(request) == [said(U1, "hi bot", ts=event["ts"])]
     assert (channel, event["ts"], "is thinking…") in slack.assistant_statuses
