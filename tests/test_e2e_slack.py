@@ -562,4 +562,5 @@ async def test_a_kill_9_mid_call_keeps_the_words_on_the_status_message_and_lands
     await daemon.connected(total=2)
     await slack.wait_for(lambda: "👻" in status.text or None, WAIT_S * 2, "the orphaned status")
     assert (status.blocks or [{}])[0] == {"type": "markdown", "text": "Long one."}
-    assert len(bot_posts(slack, "C1", event["ts"])) == 1
+    # The words were never a post of their own (the resumed turn's later answer may have landed by now).
+    assert [m for m in bot_posts(slack, "C1", event["ts"]) if "Long one." in m.text] == [status]
