@@ -3,21 +3,14 @@ it and cancels its call; the session ends `active`."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
-from cluster_rig import Cluster, cluster
+from cluster_rig import Cluster, rig
 from daemon_rig import WAIT_S, mention, wait_status, wait_text
 from fakes.anthropic_api import Reply, tool_use
 
+__all__ = ["rig"]  # the fixture, from cluster_rig
+
 pytestmark = [pytest.mark.timeout(180), pytest.mark.cluster]
-
-
-@pytest.fixture
-async def rig(pg_dsn: str, tmp_path: Path) -> AsyncIterator[Cluster]:
-    async with cluster(pg_dsn, tmp_path) as made:
-        yield made
 
 
 async def test_stop_pressed_at_another_replica_cancels_the_turn_where_it_runs(rig: Cluster) -> None:

@@ -7,11 +7,16 @@ it was deaf are gone), and the backstop also runs every `backstop_s` for anythin
 
 NOTIFY and LISTEN need a session-level connection: they do not pass through PgBouncer in
 transaction pooling mode. Point the DSN at PostgreSQL directly or at a session-mode pool.
+
+A NOTIFY reaches every session of the database, whatever its `search_path`, so the channel is named
+after the schema the DSN uses (`threadbot:public` by default): two deployments in two schemas of one
+database would otherwise act on each other's rings, whose ids and thread keys overlap.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
@@ -27,6 +32,8 @@ from bot.concurrency import TaskSet, backoff_s
 log = logging.getLogger(__name__)
 
 CHANNEL = "threadbot"
+MAX_CHANNEL_BYTES = 63
+"""PostgreSQL's longest identifier; pg_notify refuses a longer channel name."""
 
 IDLE_CHECK_S = 30.0
 """How long the listener waits in silence before proving the connection alive with a query."""
@@ -39,6 +46,14 @@ class Ring:
     kind: str
     key: str
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def channel_for(schema: str) -> str:
+    """The doorbell's channel of the deployment in `schema` (see the module docstring)."""
+    name = f"{CHANNEL}:{schema}"
+    if len(name.encode()) <= MAX_CHANNEL_BYTES:
+        return name
+    return f"{CHANNEL}:{hashlib.sha256(schema.encode()).hexdigest()[:40]}"
 
 
 def encode(kind: str, key: str, extra: dict[str, Any]) -> str:
@@ -69,7 +84,7 @@ class Doorbell:
         handler: Callable[[Ring], Coroutine[Any, Any, None]],
         backstop: Callable[[], Awaitable[None]],
         backstop_s: float = 5.0,
-        channel: str = CHANNEL,
+        channel: str | None = None,
         backoff_s: tuple[float, float] = (0.1, 5.0),
     ) -> None:
         self._dsn = dsn
@@ -77,12 +92,26 @@ class Doorbell:
         self._backstop = backstop
         self._backstop_s = backstop_s
         self._channel = channel
+        """None until `open` names it after the DSN's schema."""
         self._backoff_s = backoff_s
-        self._sender = Link(dsn, application_name=f"threadbot doorbell sender {channel}")
+        self._sender = Link(dsn, application_name="threadbot doorbell sender")
         self._tasks = TaskSet()
+
+    @property
+    def channel(self) -> str:
+        if self._channel is None:
+            raise RuntimeError("the doorbell's channel is named by open(), before any ring")
+        return self._channel
+
+    async def open(self) -> None:
+        """Name the channel after the schema the DSN's sessions use, unless one was given."""
+        if self._channel is None:
+            [(schema,)] = await self._sender.execute("SELECT current_schema()")
+            self._channel = channel_for(str(schema))
 
     async def start(self) -> None:
         """LISTEN now (raising if the database is unreachable at start), then keep listening."""
+        await self.open()
         conn = await self._listen()
         self._tasks.spawn(self._listen_forever(conn), "doorbell listener")
         self._tasks.spawn(self._poll_forever(), "doorbell backstop")
@@ -94,7 +123,8 @@ class Doorbell:
 
     async def ring(self, kind: str, key: str, conn: psycopg.AsyncConnection[Any] | None = None, **extra: Any) -> None:
         """Notify every replica; inside `conn`'s transaction the ring is delivered only at its commit."""
-        args = (self._channel, encode(kind, key, extra))
+        await self.open()
+        args = (self.channel, encode(kind, key, extra))
         if conn is not None:
             await conn.execute("SELECT pg_notify(%s, %s)", args)
             return
@@ -105,8 +135,8 @@ class Doorbell:
             await self._sender.execute("SELECT pg_notify(%s, %s)", args)
 
     async def _listen(self) -> psycopg.AsyncConnection[Any]:
-        conn = await connect(self._dsn, application_name=f"threadbot doorbell {self._channel}")
-        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+        conn = await connect(self._dsn, application_name=f"threadbot doorbell {self.channel}")
+        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
         return conn
 
     async def _listen_forever(self, conn: psycopg.AsyncConnection[Any]) -> None:
