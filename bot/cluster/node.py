@@ -122,6 +122,7 @@ class ClusterNode:
     async def open(self) -> None:
         """Take a lease and open the job queue; the worker starts later, with `join`."""
         await self.replicas.register()
+        await self.doorbell.open()
         await self.jobs.open()
 
     async def recover(self, registry: CallRegistry, take_up_asked: Callable[[list[ToolCall]], None]) -> list[ToolCall]:
@@ -282,6 +283,7 @@ class ClusterNode:
         orphans = await store.orphan_dead_calls()
         if orphans:
             await crew.edge.repaint(orphans)
+            self._sending.spawn(self._repaint_again(orphans), "cluster repaint of orphans")
         for key in sorted({call.session_key for call in orphans}):
             await self.jobs.offer(key)
         asked = await store.adopt_asked_calls_of_gone()
@@ -296,6 +298,13 @@ class ClusterNode:
         if recovered:
             log.warning("resuming %d threads whose turns stopped with their replica", len(recovered))
         crew.edge.share_budget(await self.replicas.live_count())
+
+    async def _repaint_again(self, orphans: list[ToolCall]) -> None:
+        """A replica declared dead may have been alive, and still editing its status messages, until its next
+        heartbeat told it otherwise; one of those edits landing after the repaint would show a call running
+        for ever. A lease later that is over (it stops sending once it knows), so the orphans are shown again."""
+        await asyncio.sleep(self.settings.lease_s)
+        await self._crew.edge.repaint(orphans)
 
     async def _prune(self, _tick: int) -> None:
         """Housekeeping, once a minute on one replica: old rings, and gone replicas that owe nothing."""
