@@ -18,6 +18,9 @@ from tools.base import blocks_as_text, result_blocks
 JSON = Any
 
 QUESTION_TOOL = "ask_user"
+SHUTDOWN = "shutdown"
+"""Who cancels the turns and calls a stopping process did not let finish: they stay owed (a call waiting for a
+person keeps waiting, for the next start), unlike anyone else's cancel."""
 """The tool whose call is a question for a person: it waits, like an approval, for their word, which is its result."""
 PROGRESS_LOG_LIMIT = 200
 PROGRESS_PAYLOAD_MAX_CHARS = 2_000

@@ -20,12 +20,12 @@ from enum import StrEnum
 from bot.agent import protocol
 from bot.agent.injections import Injections
 from bot.agent.toolbox import Toolbox
-from bot.agent.turn import SHUTDOWN, TurnRequest, TurnRunner
+from bot.agent.turn import TurnRequest, TurnRunner
 from bot.calls.registry import CallRegistry, CancelResult
 from bot.concurrency import TaskSet
 from bot.coordination import Coordination
 from bot.store import InboxItem, Store
-from bot.toolcall import JSON, ToolCall
+from bot.toolcall import JSON, SHUTDOWN, ToolCall
 from bot.types import EngineOutput, SessionFilter, TurnOutcome
 
 log = logging.getLogger(__name__)

@@ -36,7 +36,7 @@ from bot.errors import ContextOverflow, ModelError
 from bot.policy import Asker, Policy
 from bot.store import Store
 from bot.telemetry.agent import AgentTelemetry
-from bot.toolcall import JSON, CallStatus, ToolCall
+from bot.toolcall import JSON, SHUTDOWN, CallStatus, ToolCall
 from bot.types import Billing, EngineOutput, Message, ModelReply, ModelRequest, OwedPost, Provider, TurnOutcome
 from tools.base import FILE_SINK
 
@@ -54,8 +54,6 @@ STOP_NOTICES = {
     "model_context_window_exceeded": "This conversation no longer fits the model's context, even compacted.",
 }
 CONTINUE_NOTE = "[your reply was cut off by the output limit; continue exactly where you stopped]"
-SHUTDOWN = "shutdown"
-"""Who cancels the turns a stopping process did not let finish (`Engine.shutdown`)."""
 
 
 @dataclass(frozen=True, slots=True)

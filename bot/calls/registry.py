@@ -27,7 +27,7 @@ from bot.quotas import QuotaExceeded
 from bot.store import ProcessGroupRecord, Store
 from bot.telemetry.agent import AgentTelemetry
 from bot.text import clean_json, clean_text
-from bot.toolcall import JSON, CallStatus, Decision, ProgressKind, ToolCall
+from bot.toolcall import JSON, SHUTDOWN, CallStatus, Decision, ProgressKind, ToolCall
 from bot.types import CallListener
 from tools.base import Answer, Tool, ToolContext, ToolError, ToolKind
 
@@ -372,7 +372,7 @@ class CallRegistry:
             await self._finish(call, CallStatus.FAILED, error=error, timed_out=call.is_question)
             return None
         except asyncio.CancelledError:
-            if call.cancelled_by == "shutdown" or self._abandoning:
+            if call.cancelled_by == SHUTDOWN or self._abandoning:
                 self._leave_asked(call)
             else:
                 await self._finish(call, CallStatus.CANCELLED)
@@ -443,7 +443,7 @@ class CallRegistry:
         call.cancelled_by = by
         task.cancel()
         await asyncio.wait([task], timeout=CANCEL_WAIT_S)
-        if not call.is_final and task.done() and not (by == "shutdown" and call.awaiting_person):
+        if not call.is_final and task.done() and not (by == SHUTDOWN and call.awaiting_person):
             # Cancelled before its first step: the task body never ran, so finish it here.
             self._tasks.pop(call_id, None)
             await self._finish(call, CallStatus.CANCELLED)
@@ -462,7 +462,7 @@ class CallRegistry:
         tasks = [task for call_id, task in self._tasks.items() if not self._calls[call_id].awaiting_person]
         if tasks:
             await asyncio.wait(tasks, timeout=grace_s)
-        await self.cancel_many(list(self._tasks), by="shutdown")
+        await self.cancel_many(list(self._tasks), by=SHUTDOWN)
         await self._writer.drain()
 
     async def abandon(self) -> None:
