@@ -25,6 +25,7 @@ from bot.store.pg_schema import apply_jobs_schema, migrate
 
 T = TypeVar("T")
 WAIT_S = 30.0
+CLUSTERS_LOCK = 0x7468_7264_626F_7402  # "thrdbot" + 2: beside the migrations' lock in the advisory namespace
 
 
 @dataclass
@@ -77,10 +78,27 @@ class Cluster:
 
 
 @asynccontextmanager
-async def cluster(dsn: str, root: Path) -> AsyncIterator[Cluster]:
+async def one_cluster_at_a_time(dsn: str) -> AsyncIterator[None]:
+    """Hold the test server's lock for clusters until the test ends, whichever worker runs it. A replica opens
+    up to about 16 connections, so two tests' clusters side by side can pass the server's default
+    `max_connections` of 100, and the refused connections then look like the replicas' own failures."""
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        await migrate(conn)
-        await apply_jobs_schema(conn)
+        await conn.execute("SELECT pg_advisory_lock(%s)", (CLUSTERS_LOCK,))
+        yield  # the lock goes with the connection
+
+
+@asynccontextmanager
+async def cluster(dsn: str, root: Path) -> AsyncIterator[Cluster]:
+    async with one_cluster_at_a_time(dsn):
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await migrate(conn)
+            await apply_jobs_schema(conn)
+        async with _cluster(dsn, root) as made:
+            yield made
+
+
+@asynccontextmanager
+async def _cluster(dsn: str, root: Path) -> AsyncIterator[Cluster]:
     async with FakeSlack() as slack, FakeAnthropic() as model:
         script = Script()
         model.default = script

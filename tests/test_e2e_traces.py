@@ -120,6 +120,7 @@ async def test_contents_go_into_spans_when_the_operator_opts_in(own: World, otlp
 
 
 @pytest.mark.cluster
+@pytest.mark.timeout(180)  # it may wait for another test's cluster to end (cluster_rig.one_cluster_at_a_time)
 async def test_the_trace_goes_with_the_thread_job_to_the_replica_that_runs_it(
     pg_dsn: str, tmp_path: Path, otlp: FakeOtlp
 ) -> None:
