@@ -19,7 +19,8 @@ Prints figures; asserts nothing. Targets from issue 4:
 One warm-up turn runs before measuring (the first model request builds the anthropic SDK's lazy parts, a
 one-time ~0.1 s stall). Both daemons are real processes on Socket Mode (`python -m bot run`, and this file
 with `--baseline-app`); the fakes run in this process, so their own overhead is in both figures of (a).
-`BENCH_PROFILE=/tmp/daemon.prof` runs the daemon under cProfile.
+`BENCH_PROFILE=/tmp/daemon.prof` runs the daemon of (a)-(c) under cProfile; `BENCH_STATEMENTS=1` lists (d)'s
+statements per turn.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import statistics
 import sys
@@ -302,6 +304,7 @@ def counted_daemon(out: Path, tree: Path) -> None:
     import aiosqlite
 
     counts = {"hops": 0, "statements": 0, "commits": 0}
+    kinds: dict[str, int] = {}
     workers: list[int] = []
     main_thread = threading.get_ident()
     connect = sqlite3.connect
@@ -309,6 +312,8 @@ def counted_daemon(out: Path, tree: Path) -> None:
     def trace(sql: str) -> None:
         counts["statements"] += 1
         counts["commits"] += sql.strip().upper() == "COMMIT"
+        kind = re.sub(r"'(?:[^']|'')*'|\b\d+(?:\.\d+)?\b", "?", " ".join(sql.split()))[:100]  # values as ?
+        kinds[kind] = kinds.get(kind, 0) + 1
 
     def counted_connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
         conn = connect(*args, **kwargs)
@@ -340,6 +345,7 @@ def counted_daemon(out: Path, tree: Path) -> None:
         figures["loop_cpu"] = thread_cpu(main_thread)
         figures["store_cpu"] = sum(thread_cpu(ident) for ident in workers)
         figures["process_cpu"] = time.process_time()
+        figures["kinds"] = dict(kinds)
         if snapshots == 2:
             profiler.enable()
         if snapshots == 3:
@@ -395,6 +401,8 @@ async def turn_cost(slack: FakeSlack, model: FakeAnthropic, tree: Path, data: Pa
             figures["slack_calls"] = (len(slack.calls) - calls) / TURN_THREADS
             figures["model_requests"] = (len(model.requests) - requests) / TURN_THREADS
             figures["split"] = after.get("split")
+            kinds = {k: (n - before["kinds"].get(k, 0)) / TURN_THREADS for k, n in after["kinds"].items()}
+            figures["kinds"] = {k: n for k, n in sorted(kinds.items(), key=lambda kv: -kv[1]) if n}
             windows.append(figures)
     except BaseException:
         print(f"daemon log (tail):\n{(data / tree.name / 'daemon.log').read_text(errors='replace')[-4000:]}")
@@ -435,6 +443,9 @@ def report_turn_cost(label: str, figures: dict[str, Any]) -> None:
     )
     print(f" {plain['commits']:4.1f} commits, {plain['slack_calls']:4.1f} Slack calls,", end="")
     print(f" {plain['model_requests']:3.1f} model requests")
+    if os.environ.get("BENCH_STATEMENTS"):
+        for kind, n in plain["kinds"].items():
+            print(f"        {n:5.2f}× {kind}")
 
 
 # --- main ------------------------------------------------------------------------------------------------------

@@ -11,12 +11,14 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from bot.clock import utcnow
-from bot.store.db import Db
+from bot.store.db import Body, Db
 from bot.store.schema import ts
 from bot.types import Usage
+
+T = TypeVar("T")
 
 
 class UsageGrouping(StrEnum):
@@ -58,10 +60,13 @@ class UsageQueries:
 
         def _write(self) -> AbstractAsyncContextManager[Db]: ...
 
+        async def _transact(self, body: Body[T]) -> T: ...
+
     async def record_usage(
         self, *, session_key: str, turn_id: str | None, model: str, usage: Usage, requester: str | None = None
     ) -> None:
-        async with self._write() as db:
+
+        async def body(db: Db) -> None:
             await db.execute(
                 "INSERT INTO model_usage (at, session_key, turn_id, requester, model, input_tokens, output_tokens,"
                 " cache_read_tokens, cache_write_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -77,6 +82,8 @@ class UsageQueries:
                     usage.cache_write_tokens,
                 ),
             )
+
+        await self._transact(body)
 
     async def usage_by(self, grouping: UsageGrouping, *, since: datetime | None = None) -> list[UsageRow]:
         """Token totals per group and model since `since` (all time when None), largest groups first."""
