@@ -1,6 +1,6 @@
 """Slack edge benchmark: ack latency, cancel latency, and the edit budget under load, against the fake Slack.
 
-Run: `.venv/bin/python bench/bench_slack.py [abc]` (about two minutes; name parts to run only those).
+Run: `.venv/bin/python bench/bench_slack.py [abcd]` (about two minutes; name parts to run only those).
 Prints figures; asserts nothing. Targets from issue 4:
 (a) event-to-ack latency at 200 events/s, p50/p99 (target p99 ≤ 20 ms). The daemon gets a realistic mix:
     channel chatter it must look up and ignore, and every tenth event a mention that starts a turn.
@@ -10,10 +10,17 @@ Prints figures; asserts nothing. Targets from issue 4:
     bound); also until the status message shows 🚫 (that edit waits its turn in the edit budget).
 (c) 200 concurrent sleep_for calls across 50 threads with chat.update limited to 50 a minute by the fake:
     the number of 429s and of final states lost (target 0 lost).
+(d) daemon CPU per tool turn (target ≤ 6 ms, issue 18): TURN_THREADS mentions at once, each a turn with one
+    2 s sleep_for, run by a counted daemon (`--counted-daemon`, which runs `bot run` with aiosqlite's hops and
+    SQLite's statements counted) twice: this tree, then the baseline tree `BENCH_BASELINE_TREE` (default
+    /tmp/base45, made with `git worktree add /tmp/base45 45f8fd7`). Per turn: CPU of the event loop's thread,
+    of the store's worker thread and of the rest; hops to that thread, SQL statements, commits, Slack calls and
+    model requests. A second, profiled window splits the loop thread's CPU by package (cProfile self CPU time).
 One warm-up turn runs before measuring (the first model request builds the anthropic SDK's lazy parts, a
 one-time ~0.1 s stall). Both daemons are real processes on Socket Mode (`python -m bot run`, and this file
 with `--baseline-app`); the fakes run in this process, so their own overhead is in both figures of (a).
-`BENCH_PROFILE=/tmp/daemon.prof` runs the daemon under cProfile.
+`BENCH_PROFILE=/tmp/daemon.prof` runs the daemon of (a)-(c) under cProfile; `BENCH_STATEMENTS=1` lists (d)'s
+statements per turn.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import statistics
 import sys
@@ -44,6 +52,10 @@ CANCEL_RUNS = 40
 FANOUT_THREADS = 50
 CALLS_PER_THREAD = 4
 FINALS_DEADLINE_S = 150.0
+TURN_THREADS = 200
+TURN_CHANNELS = 10
+TURN_SLEEP_S = 2
+BASELINE_TREE = Path(os.environ.get("BENCH_BASELINE_TREE", "/tmp/base45"))
 
 
 # --- processes ---------------------------------------------------------------------------------------------
@@ -214,6 +226,10 @@ def fan_out_script() -> Callable[[dict[str, Any]], Reply]:
             return Reply.tools(*(tool_use("sleep_for", {"seconds": 5 + (n + k) % 4}) for k in range(CALLS_PER_THREAD)))
         if first.startswith("fan-out"):
             return Reply.text_only(f"all {CALLS_PER_THREAD} sleeps of {first} are done")
+        if any("tool-turn" in t for t in texts):
+            if "tool_result" not in str(request["messages"][-1]["content"]):
+                return Reply.tools(tool_use("sleep_for", {"seconds": TURN_SLEEP_S}))
+            return Reply.text_only("slept: the tool turn is done")
         return Reply.text_only("ok")
 
     return answer
@@ -261,6 +277,177 @@ def _fan_out_results(request: dict[str, Any]) -> bool:
     return bool(texts) and texts[0].startswith("fan-out") and len(request["messages"]) > 1
 
 
+# --- (d) CPU per tool turn ----------------------------------------------------------------------------------------
+
+# Where the loop thread's self time goes, by the file a function lives in (first match wins).
+BUCKETS = (
+    ("store", ("/bot/store/", "/aiosqlite/", "sqlite3")),
+    ("model client", ("/bot/model/", "/anthropic/", "/httpx", "/httpcore", "/h11/", "/anyio/", "/pydantic", "/jiter/")),
+    ("Slack client", ("/slack_sdk/", "/slack_bolt/", "/aiohttp/", "/yarl/", "/multidict/")),
+    ("own code", ("/bot/", "/tools/")),
+    ("event loop", ("/asyncio/", "selectors", "epoll", "<built-in method select")),
+)
+
+
+def counted_daemon(out: Path, tree: Path) -> None:
+    """`bot run` from `tree`, counting hops to aiosqlite's thread and SQLite statements (a subprocess).
+
+    Each SIGUSR1 appends a JSON snapshot of the counters and the CPU of each thread to `out`; the second
+    starts cProfile on the loop's thread, the third stops it and adds its self time by bucket."""
+    import cProfile
+    import json
+    import pstats
+    import sqlite3
+    import threading
+
+    sys.path[:0] = [str(tree)]
+    import aiosqlite
+
+    counts = {"hops": 0, "statements": 0, "commits": 0}
+    kinds: dict[str, int] = {}
+    workers: list[int] = []
+    main_thread = threading.get_ident()
+    connect = sqlite3.connect
+
+    def trace(sql: str) -> None:
+        counts["statements"] += 1
+        counts["commits"] += sql.strip().upper() == "COMMIT"
+        kind = re.sub(r"'(?:[^']|'')*'|\b\d+(?:\.\d+)?\b", "?", " ".join(sql.split()))[:100]  # values as ?
+        kinds[kind] = kinds.get(kind, 0) + 1
+
+    def counted_connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn = connect(*args, **kwargs)
+        conn.set_trace_callback(trace)
+        workers.append(threading.get_ident())
+        return conn
+
+    sqlite3.connect = counted_connect  # type: ignore[assignment]
+    execute = aiosqlite.Connection._execute
+
+    async def counted_execute(self: aiosqlite.Connection, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        counts["hops"] += 1
+        return await execute(self, fn, *args, **kwargs)
+
+    aiosqlite.Connection._execute = counted_execute  # type: ignore[method-assign]
+    profiler = cProfile.Profile(time.thread_time)  # CPU, not wall time: a wait in epoll costs nothing
+    snapshots = 0
+
+    def thread_cpu(ident: int) -> float:
+        try:
+            return time.clock_gettime(time.pthread_getcpuclockid(ident))
+        except OSError:
+            return 0.0
+
+    def snapshot(*_: object) -> None:
+        nonlocal snapshots
+        snapshots += 1
+        figures: dict[str, Any] = dict(counts)
+        figures["loop_cpu"] = thread_cpu(main_thread)
+        figures["store_cpu"] = sum(thread_cpu(ident) for ident in workers)
+        figures["process_cpu"] = time.process_time()
+        figures["kinds"] = dict(kinds)
+        if snapshots == 2:
+            profiler.enable()
+        if snapshots == 3:
+            profiler.disable()
+            stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+            split = dict.fromkeys([name for name, _ in BUCKETS] + ["other"], 0.0)
+            for (path, _, name), (_, _, self_time, _, _) in stats.items():
+                where = f"{path} {name}"
+                bucket = next((b for b, marks in BUCKETS if any(mark in where for mark in marks)), "other")
+                split[bucket] += self_time
+            figures["split"] = split
+        with out.open("a") as file:
+            file.write(json.dumps(figures) + "\n")
+
+    signal.signal(signal.SIGUSR1, snapshot)
+    from bot.__main__ import main as bot_main
+
+    sys.exit(bot_main(["run"]))
+
+
+async def turn_cost(slack: FakeSlack, model: FakeAnthropic, tree: Path, data: Path) -> dict[str, Any]:
+    """Two windows of TURN_THREADS tool turns on a counted daemon from `tree`: figures per turn, and the split."""
+    import json
+
+    out = data / f"counts-{tree.name}.jsonl"
+    env = _env(slack, model, data / tree.name)
+    (data / tree.name).mkdir()
+    daemon = await _spawn([str(HERE), "--counted-daemon", str(out), str(tree)], env, data / tree.name, "daemon")
+    try:
+        await slack.wait_connected(60, total=len(slack.connections) + 1)
+        await warm_up(slack)
+        snaps: list[dict[str, Any]] = []
+
+        async def snap() -> dict[str, Any]:
+            daemon.send_signal(signal.SIGUSR1)
+
+            def written() -> str | None:
+                text = out.read_text() if out.exists() else ""
+                return text if text.count("\n") > len(snaps) else None
+
+            snaps.append(json.loads((await slack.wait_for(written, 10, "a snapshot")).splitlines()[len(snaps)]))
+            return snaps[-1]
+
+        await snap()
+        windows = []
+        for window in ("plain", "profiled"):  # the second snapshot starts the profiler, the third stops it
+            before, calls, requests = snaps[-1], len(slack.calls), len(model.requests)
+            await tool_turns(slack, f"{window}-{tree.name}")
+            after = await snap()
+            figures = {k: (after[k] - before[k]) / TURN_THREADS for k in ("hops", "statements", "commits")}
+            for k in ("loop_cpu", "store_cpu", "process_cpu"):
+                figures[k] = (after[k] - before[k]) * 1000 / TURN_THREADS
+            figures["slack_calls"] = (len(slack.calls) - calls) / TURN_THREADS
+            figures["model_requests"] = (len(model.requests) - requests) / TURN_THREADS
+            figures["split"] = after.get("split")
+            kinds = {k: (n - before["kinds"].get(k, 0)) / TURN_THREADS for k, n in after["kinds"].items()}
+            figures["kinds"] = {k: n for k, n in sorted(kinds.items(), key=lambda kv: -kv[1]) if n}
+            windows.append(figures)
+    except BaseException:
+        print(f"daemon log (tail):\n{(data / tree.name / 'daemon.log').read_text(errors='replace')[-4000:]}")
+        raise
+    finally:
+        await _stop(daemon)
+    await slack.wait_for(lambda: not slack.open_connections, 10, "the daemon gone")
+    return {"plain": windows[0], "profiled": windows[1]}
+
+
+async def tool_turns(slack: FakeSlack, tag: str) -> None:
+    """TURN_THREADS mentions across TURN_CHANNELS channels, 100 a second; until every thread has its answer."""
+    roots: list[tuple[str, str]] = []
+    for i in range(TURN_THREADS):
+        channel = f"CTURN{i % TURN_CHANNELS}"
+        event = slack.mention(channel, f"tool-turn {tag} {i}")
+        await slack.send_event(event)
+        roots.append((channel, event["ts"]))
+        await asyncio.sleep(0.01)
+
+    def all_answered() -> bool:
+        return all(any("is done" in m.text for m in slack.posts_in_thread(c, ts)) for c, ts in roots)
+
+    await slack.wait_for(all_answered, 120, "every tool turn answered")
+
+
+def report_turn_cost(label: str, figures: dict[str, Any]) -> None:
+    plain, split = figures["plain"], figures["profiled"]["split"]
+    other = plain["process_cpu"] - plain["loop_cpu"] - plain["store_cpu"]
+    print(f"    {label}")
+    print(f"      CPU per turn {plain['process_cpu']:6.2f} ms: loop thread {plain['loop_cpu']:5.2f}", end="")
+    print(f", store thread {plain['store_cpu']:5.2f}, other threads {other:5.2f}")
+    total = sum(split.values()) or 1.0
+    parts = ", ".join(f"{name} {plain['loop_cpu'] * share / total:4.2f}" for name, share in split.items())
+    print(f"      loop thread by package (ms, profiled window's shares): {parts}")
+    print(
+        f"      per turn: {plain['hops']:5.1f} hops to the store thread, {plain['statements']:5.1f} statements,", end=""
+    )
+    print(f" {plain['commits']:4.1f} commits, {plain['slack_calls']:4.1f} Slack calls,", end="")
+    print(f" {plain['model_requests']:3.1f} model requests")
+    if os.environ.get("BENCH_STATEMENTS"):
+        for kind, n in plain["kinds"].items():
+            print(f"        {n:5.2f}× {kind}")
+
+
 # --- main ------------------------------------------------------------------------------------------------------
 
 
@@ -269,35 +456,49 @@ async def main(parts: str = "abc") -> None:
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp)
         async with FakeSlack() as slack, FakeAnthropic(default=fan_out_script()) as model:
-            env = _env(slack, model, data)
-            if "a" in parts:
-                baseline = await _spawn([str(HERE), "--baseline-app"], env, data, "baseline")
-                try:
-                    await slack.wait_connected(30)
-                    base = await ack_latencies(slack, "CBASE", with_mentions=False)
-                finally:
-                    await _stop(baseline)
-                await slack.wait_for(lambda: not slack.open_connections, 10, "the baseline gone")
+            if set(parts) & set("abc"):
+                await edge_figures(slack, model, data, parts)
+            if "d" in parts:
+                print(f"(d) daemon CPU per tool turn, {TURN_THREADS} threads × one {TURN_SLEEP_S} s sleep_for (≤ 6 ms)")
+                report_turn_cost(f"threadbot, this tree ({ROOT})", await turn_cost(slack, model, ROOT, data))
+                if await asyncio.to_thread(BASELINE_TREE.exists):
+                    report_turn_cost(f"baseline ({BASELINE_TREE})", await turn_cost(slack, model, BASELINE_TREE, data))
+                else:
+                    print(f"    (no baseline tree at {BASELINE_TREE}: git worktree add {BASELINE_TREE} 45f8fd7)")
 
-            profile = ["-m", "cProfile", "-o", os.environ["BENCH_PROFILE"]] if os.environ.get("BENCH_PROFILE") else []
-            daemon = await _spawn([*profile, "-m", "bot", "run"], env, data, "daemon")
-            try:
-                await slack.wait_connected(60, total=len(slack.connections) + 1)
-                await warm_up(slack)
-                if "a" in parts:
-                    report_acks(base, await ack_latencies(slack, "CACK", with_mentions=True))
-                if "b" in parts:
-                    report_cancels(*await cancel_latencies(slack, model))
-                if "c" in parts:
-                    report_budget(await edit_budget(slack, model))
-            except BaseException:
-                print("daemon log (tail):\n" + (data / "daemon.log").read_text(errors="replace")[-4000:])
-                raise
-            finally:
-                await _stop(daemon)
-        if daemon.returncode not in (0, None):
-            print(f"\n(the daemon exited with {daemon.returncode}; its log follows)")
-            print((data / "daemon.log").read_text(errors="replace")[-3000:])
+
+async def edge_figures(slack: FakeSlack, model: FakeAnthropic, data: Path, parts: str) -> None:
+    """Parts (a) to (c): the bolt baseline, then one daemon for all three."""
+    env = _env(slack, model, data)
+    if "a" in parts:
+        baseline = await _spawn([str(HERE), "--baseline-app"], env, data, "baseline")
+        try:
+            await slack.wait_connected(30)
+            base = await ack_latencies(slack, "CBASE", with_mentions=False)
+        finally:
+            await _stop(baseline)
+        await slack.wait_for(lambda: not slack.open_connections, 10, "the baseline gone")
+
+    profile = ["-m", "cProfile", "-o", os.environ["BENCH_PROFILE"]] if os.environ.get("BENCH_PROFILE") else []
+    daemon = await _spawn([*profile, "-m", "bot", "run"], env, data, "daemon")
+    try:
+        await slack.wait_connected(60, total=len(slack.connections) + 1)
+        await warm_up(slack)
+        if "a" in parts:
+            report_acks(base, await ack_latencies(slack, "CACK", with_mentions=True))
+        if "b" in parts:
+            report_cancels(*await cancel_latencies(slack, model))
+        if "c" in parts:
+            report_budget(await edit_budget(slack, model))
+    except BaseException:
+        print("daemon log (tail):\n" + (data / "daemon.log").read_text(errors="replace")[-4000:])
+        raise
+    finally:
+        await _stop(daemon)
+    await slack.wait_for(lambda: not slack.open_connections, 10, "the daemon gone")
+    if daemon.returncode not in (0, None):
+        print(f"\n(the daemon exited with {daemon.returncode}; its log follows)")
+        print((data / "daemon.log").read_text(errors="replace")[-3000:])
 
 
 def report_acks(base: list[float], ours: list[float]) -> None:
@@ -330,5 +531,7 @@ def report_budget(figures: dict[str, float]) -> None:
 if __name__ == "__main__":
     if sys.argv[1:] == ["--baseline-app"]:
         baseline_app()
+    elif sys.argv[1:2] == ["--counted-daemon"]:
+        counted_daemon(Path(sys.argv[2]), Path(sys.argv[3]))
     else:
-        asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "abc"))
+        asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "abcd"))

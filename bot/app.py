@@ -28,7 +28,7 @@ from bot.config import Settings
 from bot.coordination import Coordination, open_alone
 from bot.mcp.config import McpServerConfig, load_mcp_config
 from bot.model.client import deferred_anthropic_provider
-from bot.model.metering import MeteredProvider, UsageMeter
+from bot.model.metering import GroupedBook, MeteredProvider, UsageMeter
 from bot.operator_tools import SourcedTool, load_entry_point_tools, load_module_tools, unique_tools
 from bot.policy import Policy
 from bot.schedule import Scheduler, build_scheduler
@@ -169,7 +169,9 @@ async def run_core(
             stack.push_async_callback(model.close)
             provider = model
         usage = UsageMeter()
-        provider = MeteredProvider(provider, book=store, meter=usage, model=settings.bot_model, telemetry=telemetry)
+        provider = MeteredProvider(
+            provider, book=GroupedBook(store), meter=usage, model=settings.bot_model, telemetry=telemetry
+        )
         registry = _registry(settings, store, output, telemetry)
         toolbox = Toolbox(fixed_tools(settings, registry, operator))
         registry.subscribe(output.call_changed)

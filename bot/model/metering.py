@@ -6,10 +6,16 @@ turns, heartbeat decisions and compaction summaries all go through it.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Protocol
 
+from bot.clock import utcnow
+from bot.store import Store
+from bot.store.group import GroupCommit
+from bot.store.usage import UsageEntry
 from bot.telemetry.agent import AgentTelemetry
 from bot.types import ModelReply, ModelRequest, Provider, TextSink, Usage
 
@@ -20,6 +26,25 @@ class UsageBook(Protocol):
     async def record_usage(
         self, *, session_key: str, turn_id: str | None, model: str, usage: Usage, requester: str | None = None
     ) -> None: ...
+
+
+class GroupedBook:
+    """The store as a `UsageBook` whose calls booked together share one transaction (`GroupCommit`):
+    each booking is still awaited until it is on disk."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._group: GroupCommit[UsageEntry] = GroupCommit(self._write, "usage rows")
+        self._count = itertools.count()
+
+    async def record_usage(
+        self, *, session_key: str, turn_id: str | None, model: str, usage: Usage, requester: str | None = None
+    ) -> None:
+        entry = UsageEntry(session_key, turn_id, model, usage, requester, utcnow())
+        await self._group.add(next(self._count), entry)
+
+    async def _write(self, entries: Sequence[UsageEntry]) -> None:
+        await self._store.record_usages(entries)
 
 
 class UsageMeter:

@@ -36,7 +36,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +48,7 @@ from bot.slack.posts import PostFailed, PostQueue, PostRejected, thread_holds
 from bot.slack.render import Block, EmptyMessage, render_line, sendable
 from bot.slack.sessions import Address, Sessions
 from bot.store import OwedMessage, Store
+from bot.store.group import GroupCommit
 from bot.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,7 @@ class Outbox:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
+        self._settles: GroupCommit[int] = GroupCommit(self._settle_posts, "post settles")
         self._sessions = sessions
         self._metrics = metrics or Metrics()
         self._posts = posts
@@ -196,8 +198,12 @@ class Outbox:
         self._wake.set()
 
     async def settle(self, post_id: int) -> None:
-        await self._store.settle_post(post_id)
+        """Slack has the post: it is owed no more (posts confirmed together share one transaction)."""
+        await self._settles.add(post_id, post_id)
         self._settled(post_id)
+
+    async def _settle_posts(self, post_ids: Sequence[int]) -> None:
+        await self._store.settle_posts(post_ids)
 
     def _settled(self, post_id: int) -> None:
         if (owed_at := self._owed_at.pop(post_id, None)) is not None:
@@ -215,6 +221,7 @@ class Outbox:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        await self._settles.drain()  # a post Slack confirmed is settled before the store closes
         if self.owed:
             log.warning("%d posts still owed to Slack; they are kept and delivered at the next start", self.owed)
 
@@ -269,7 +276,7 @@ class Outbox:
                 self._maybe_landed.add(message.id)
                 log.warning("an owed post of %s is still not delivered (%s); will retry", message.session_key, exc)
                 return False
-            await self._store.settle_post(message.id)
+            await self._settles.add(message.id, message.id)
             self._settled(message.id)
             self._attempts.pop(message.id, None)
             self._maybe_landed.discard(message.id)

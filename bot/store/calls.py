@@ -6,13 +6,14 @@ import fnmatch
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from bot.clock import utcnow
-from bot.store.db import Db
+from bot.store.db import Body, Db
 from bot.store.schema import CALL_COLUMNS, call_from_row, call_to_row, ts
 from bot.toolcall import CallStatus, ToolCall
 
+T = TypeVar("T")
 ORPHANED_ERROR = "the process that ran this call stopped"
 _OPEN = "('pending', 'running')"  # the statuses a call may still leave
 # A call waiting for an approver runs nothing: a restart leaves it waiting, for whoever takes it up.
@@ -53,7 +54,9 @@ class CallQueries:
         def _write(self) -> AbstractAsyncContextManager[Db]: ...
 
         @staticmethod
-        async def _require_session(db: Db, key: str) -> None: ...
+        async def _require_session(db: Db, key: str, *, enforced: bool = False) -> None: ...
+
+        async def _transact(self, body: Body[T]) -> T: ...
 
     async def save_call(self, call: ToolCall) -> None:
         """Upsert a call; a final row keeps its status and outcome (only delivery and progress may change)."""
@@ -64,17 +67,18 @@ class CallQueries:
 
         Each open row saved records this store's replica (None with SQLite): the one running the call."""
         rows = [call_to_row(call) for call in calls]
-        async with self._write() as db:
+        touches = [
+            (int(call.delivered), row[_PROGRESS], call.id, call.status.value)
+            for call, row in zip(calls, rows, strict=True)
+        ]
+
+        async def body(db: Db) -> None:
             for key in sorted({call.session_key for call in calls}):  # sorted: two writers lock in one order
-                await self._require_session(db, key)
+                await self._require_session(db, key, enforced=True)  # the upsert names the session
             await db.executemany(_UPSERT_CALL, [(*row, self.replica) for row in rows])
-            await db.executemany(
-                _TOUCH_FINAL_CALL,
-                [
-                    (int(call.delivered), row[_PROGRESS], call.id, call.status.value)
-                    for call, row in zip(calls, rows, strict=True)
-                ],
-            )
+            await db.executemany(_TOUCH_FINAL_CALL, touches)
+
+        await self._transact(body)
 
     async def load_call(self, call_id: str) -> ToolCall | None:
         async with self._read() as db:
@@ -144,20 +148,26 @@ class CallQueries:
         """Record that these calls' results reached the model; only final calls can be delivered."""
         if not call_ids:
             return
-        async with self._write() as db:
+
+        async def body(db: Db) -> None:
             await db.executemany(
                 f"UPDATE tool_calls SET delivered = 1 WHERE id = ? AND status NOT IN {_OPEN}",
                 [(call_id,) for call_id in call_ids],
             )
 
+        await self._transact(body)
+
     async def set_call_display(self, call_ids: Sequence[str], place: str) -> None:
         """Record that an edge shows these calls at `place` (its own reference, e.g. a Slack message)."""
-        async with self._write() as db:
+
+        async def body(db: Db) -> None:
             await db.executemany(
                 "INSERT INTO call_displays (call_id, place) VALUES (?, ?)"
                 " ON CONFLICT(call_id) DO UPDATE SET place = excluded.place",
                 [(call_id, place) for call_id in call_ids],
             )
+
+        await self._transact(body)
 
     async def displays_of(self, call_ids: Sequence[str]) -> dict[str, list[ToolCall]]:
         """The places showing any of these calls, each with every call shown there (oldest first)."""

@@ -11,10 +11,10 @@ same reason (bot/store/schema.py and bot/store/pg_schema.py).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, LiteralString, Protocol
+from typing import TYPE_CHECKING, Any, LiteralString, Protocol, TypeVar, cast
 
 import aiosqlite
 
@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     import psycopg
     from psycopg.rows import RowMaker
 
+T = TypeVar("T")
+Body = Callable[["Db"], Coroutine[Any, Any, T]]
+"""A store write's statements, as one coroutine over the transaction's `Db` (see `Store._transact`)."""
 TxHook = Callable[["psycopg.AsyncConnection[Any]"], Awaitable[None]]
 """Work a caller runs on the PostgreSQL connection inside a store write's transaction (e.g. defer a job)."""
 
@@ -92,7 +95,8 @@ class Db(Protocol):
 
 
 class SqliteDb:
-    """aiosqlite as it is: its `?` placeholders and `sqlite3.Row` rows are the store's own conventions."""
+    """aiosqlite as it is, one hop to its thread per statement: its `?` placeholders and `sqlite3.Row` rows
+    are the store's own conventions."""
 
     dialect = SQLITE
 
@@ -112,6 +116,39 @@ class SqliteDb:
 
     async def hand_over(self, then: TxHook) -> None:
         raise StoreError("work inside a store transaction needs PostgreSQL (BOT_DATABASE_URL)")
+
+
+class SqliteThreadDb:
+    """The sqlite3 connection itself, used on aiosqlite's worker thread while a whole transaction runs there
+    (`SqliteStore._transact`): every statement runs as it is called, so each await here finishes at once."""
+
+    dialect = SQLITE
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> Result:
+        return Result(self.conn.execute(sql, params).rowcount)
+
+    async def executemany(self, sql: str, seq: Iterable[Sequence[Any]]) -> None:
+        self.conn.executemany(sql, seq)
+
+    async def fetch(self, sql: str, *params: Any) -> list[Row]:
+        rows: list[sqlite3.Row] = self.conn.execute(sql, params).fetchall()
+        return list(rows)
+
+    async def hand_over(self, then: TxHook) -> None:
+        raise StoreError("work inside a store transaction needs PostgreSQL (BOT_DATABASE_URL)")
+
+
+def run_to_end(work: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that never suspends (a store body over `SqliteThreadDb`) to its end, here and now."""
+    try:
+        work.send(None)
+    except StopIteration as done:
+        return cast(T, done.value)
+    work.close()
+    raise RuntimeError("a store transaction awaited something other than its own statements")
 
 
 @lru_cache(maxsize=512)

@@ -30,12 +30,13 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from bot.clock import utcnow
-from bot.store.db import Db, Row, TxHook
+from bot.store.db import Body, Db, Row, TxHook
 from bot.store.schema import dumps, ts
 
+T = TypeVar("T")
 _COLUMNS = "id, session_key, text, blocks, claimed_at, turn_id, resumes, requester"
 VISIBLE = """NOT EXISTS (
     SELECT 1 FROM inbox AS reading WHERE reading.session_key = inbox.session_key AND reading.id <= inbox.id
@@ -131,7 +132,9 @@ class InboxQueries:
         def _write(self) -> AbstractAsyncContextManager[Db]: ...
 
         @staticmethod
-        async def _require_session(db: Db, key: str) -> None: ...
+        async def _require_session(db: Db, key: str, *, enforced: bool = False) -> None: ...
+
+        async def _transact(self, body: Body[T]) -> T: ...
 
     async def claim_message(
         self,
@@ -155,21 +158,25 @@ class InboxQueries:
         until `revise_message` (or that time) while its files are read.
         """
         now = ts(utcnow())
+
+        async def body(db: Db) -> int:
+            for key in sorted(keys):  # one order for every claimer: two replicas never deadlock
+                sql = "INSERT INTO seen_events (key, seen_at) VALUES (?, ?) ON CONFLICT DO NOTHING"
+                if (await db.execute(sql, (key, now))).rowcount == 0:
+                    raise _Seen  # rolls the whole claim back: the twin that got here first owns it
+            merged = db.dialect.json_patch.format(a="sessions.address", b="excluded.address")
+            await db.execute(
+                "INSERT INTO sessions (key, created_at, address) VALUES (?, ?, ?) "
+                f"ON CONFLICT(key) DO UPDATE SET address = {merged}",
+                (session_key, now, dumps(address)),
+            )
+            inbox_id = await insert_inbox(db, session_key, text, blocks, requester, reading_until)
+            if then is not None:
+                await db.hand_over(then)
+            return inbox_id
+
         try:
-            async with self._write() as db:
-                for key in sorted(keys):  # one order for every claimer: two replicas never deadlock
-                    sql = "INSERT INTO seen_events (key, seen_at) VALUES (?, ?) ON CONFLICT DO NOTHING"
-                    if (await db.execute(sql, (key, now))).rowcount == 0:
-                        raise _Seen  # rolls the whole claim back: the twin that got here first owns it
-                merged = db.dialect.json_patch.format(a="sessions.address", b="excluded.address")
-                await db.execute(
-                    "INSERT INTO sessions (key, created_at, address) VALUES (?, ?, ?) "
-                    f"ON CONFLICT(key) DO UPDATE SET address = {merged}",
-                    (session_key, now, dumps(address)),
-                )
-                inbox_id = await insert_inbox(db, session_key, text, blocks, requester, reading_until)
-                if then is not None:
-                    await db.hand_over(then)
+            inbox_id = await self._transact(body)
         except _Seen:
             return None
         claimed_at = datetime.fromisoformat(now)

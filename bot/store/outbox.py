@@ -18,13 +18,14 @@ import json
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from bot.clock import utcnow
-from bot.store.db import Db, Row
+from bot.store.db import Body, Db, Row
 from bot.store.schema import dumps, ts
 from bot.types import LineKind, OwedLine, OwedPost
 
+T = TypeVar("T")
 _UPSERT_EDIT = """
 INSERT INTO outbox (session_key, channel, ts, text, blocks, created_at, replica) VALUES (?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT(channel, ts) WHERE ts IS NOT NULL
@@ -92,6 +93,8 @@ class OutboxQueries:
 
         def _write(self) -> AbstractAsyncContextManager[Db]: ...
 
+        async def _transact(self, body: Body[T]) -> T: ...
+
     async def owe_post(
         self,
         session_key: str,
@@ -101,16 +104,23 @@ class OutboxQueries:
         blocks: list[dict[str, Any]] | None = None,
     ) -> int:
         """Record a post before it is tried; returns its id (settle it with `settle_post` once Slack has it)."""
-        async with self._write() as db:
-            [post_id] = await owe_posts(db, [OwedPost(session_key, channel, thread_ts, text, blocks)], self.replica)
-            return post_id
+        post = OwedPost(session_key, channel, thread_ts, text, blocks)
+
+        async def body(db: Db) -> list[int]:
+            return await owe_posts(db, [post], self.replica)
+
+        [post_id] = await self._transact(body)
+        return post_id
 
     async def settle_post(self, post_id: int) -> None:
         await self.settle_posts([post_id])
 
     async def settle_posts(self, post_ids: Sequence[int]) -> None:
-        async with self._write() as db:
+
+        async def body(db: Db) -> None:
             await db.executemany("DELETE FROM outbox WHERE id = ? AND ts IS NULL", [(post_id,) for post_id in post_ids])
+
+        await self._transact(body)
 
     async def owe_edits(self, edits: Sequence[OwedEdit]) -> None:
         """Record final states in one transaction; a message already owed one keeps only the newest."""
@@ -118,8 +128,11 @@ class OutboxQueries:
             return
         now = ts(utcnow())
         rows = [(e.session_key, e.channel, e.ts, e.text, _dumps(e.blocks), now, self.replica) for e in edits]
-        async with self._write() as db:
+
+        async def body(db: Db) -> None:
             await db.executemany(_UPSERT_EDIT, rows)
+
+        await self._transact(body)
 
     async def settle_edits(self, landed: Sequence[tuple[str, str, str | None]]) -> None:
         """(channel, ts, text) that Slack now shows (text None: the message is gone, nothing more is owed).
@@ -127,11 +140,14 @@ class OutboxQueries:
         An owed state newer than the one that landed (other text) stays owed."""
         if not landed:
             return
-        async with self._write() as db:
+
+        async def body(db: Db) -> None:
             await db.executemany(
                 "DELETE FROM outbox WHERE channel = ? AND ts = ? AND (CAST(? AS TEXT) IS NULL OR text = ?)",
                 [(channel, ts_, text, text) for channel, ts_, text in landed],
             )
+
+        await self._transact(body)
 
     async def owed_messages(self) -> list[OwedMessage]:
         """Everything this process owes, oldest first (so a session's posts keep their order)."""

@@ -19,11 +19,11 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from bot.clock import utcnow
 from bot.store.calls import CallQueries
-from bot.store.db import Db, Row
+from bot.store.db import Body, Db, Row
 from bot.store.feedback import FeedbackQueries
 from bot.store.forgetting import ForgetQueries
 from bot.store.inbox import InboxQueries, mark_answered, mark_stored
@@ -34,6 +34,15 @@ from bot.store.reminders import ReminderQueries
 from bot.store.schema import dumps, ts
 from bot.store.usage import UsageQueries
 from bot.types import OwedPost
+
+T = TypeVar("T")
+
+_APPEND = (
+    "INSERT INTO messages (session_key, seq, role, body, created_at)"
+    " SELECT ?, COALESCE(MAX(seq), 0) + 1, ?, ?, ? FROM messages WHERE session_key = ?"
+)
+"""One message after the session's last: its seq is found by the insert itself (the primary key's index), not
+by a query of its own; a session's appends never interleave (one writer in SQLite, its row locked in PostgreSQL)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,9 +101,19 @@ class Store(
     def _write(self) -> AbstractAsyncContextManager[Db]:
         """One transaction, all-or-nothing: a caller cancelled mid-write leaves it rolled back or committed."""
 
+    async def _transact(self, body: Body[T]) -> T:
+        """`body` in one write transaction, as `_write` runs one; SQLite runs it as one hop to its thread."""
+        async with self._write() as db:
+            return await body(db)
+
     @staticmethod
-    async def _require_session(db: Db, key: str) -> None:
-        """KeyError if the session is unknown; else its row stays locked until the write ends (PostgreSQL)."""
+    async def _require_session(db: Db, key: str, *, enforced: bool = False) -> None:
+        """KeyError if the session is unknown; else its row stays locked until the write ends (PostgreSQL).
+
+        `enforced`: the write inserts a row whose foreign key names the session, in `_transact`. Where there is
+        no row to lock (SQLite) the schema's check is enough: the insert fails, and that is a KeyError too."""
+        if enforced and not db.dialect.lock_row:
+            return
         if not await db.fetch(f"SELECT 1 FROM sessions WHERE key = ?{db.dialect.lock_row}", key):
             raise KeyError(f"no session {key!r}")
 
@@ -122,13 +141,16 @@ class Store(
 
     async def ensure_session(self, key: str, address: dict[str, Any] | None = None) -> SessionRecord:
         """The session for `key`, created with `address` if missing; an existing one is left unchanged."""
-        async with self._write() as db:
+
+        async def body(db: Db) -> SessionRecord:
             await db.execute(
                 "INSERT INTO sessions (key, created_at, address) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                 (key, ts(utcnow()), dumps(address or {})),
             )
             rows = await db.fetch("SELECT * FROM sessions WHERE key = ?", key)
             return _session(rows[0])
+
+        return await self._transact(body)
 
     async def get_session(self, key: str) -> SessionRecord | None:
         async with self._read() as db:
@@ -146,12 +168,16 @@ class Store(
 
     async def next_turn(self, key: str) -> int:
         """Count a new turn and return its number (1, 2, …); atomic, so concurrent turns never share one."""
-        async with self._write() as db:
-            sql = "UPDATE sessions SET turn_count = turn_count + 1 WHERE key = ? RETURNING turn_count"
-            rows = await db.fetch(sql, key)
-            if not rows:
-                raise KeyError(f"no session {key!r}")
-            return int(rows[0][0])
+
+        async def body(db: Db) -> list[Row]:
+            return await db.fetch(
+                "UPDATE sessions SET turn_count = turn_count + 1 WHERE key = ? RETURNING turn_count", key
+            )
+
+        rows = await self._transact(body)
+        if not rows:
+            raise KeyError(f"no session {key!r}")
+        return int(rows[0][0])
 
     async def add_alias(self, alias: str, key: str) -> None:
         """Give session `key` another name; idempotent. ValueError if `alias` already names another session."""
@@ -227,20 +253,18 @@ class Store(
         """
         if not messages and not inbox_ids and not answered and not owed:
             return []
+        if inbox_ids and turn_id is None:
+            raise ValueError("inbox rows are stored by a turn: pass its turn_id")
         now = ts(utcnow())
-        bodies = [(str(message["role"]), dumps(message)) for message in messages]
-        async with self._write() as db:
-            await self._require_session(db, key)
-            rows = await db.fetch("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_key = ?", key)
-            first = int(rows[0][0]) + 1
-            await db.executemany(
-                "INSERT INTO messages (session_key, seq, role, body, created_at) VALUES (?, ?, ?, ?, ?)",
-                [(key, first + i, role, body, now) for i, (role, body) in enumerate(bodies)],
-            )
-            if inbox_ids:
-                if turn_id is None:
-                    raise ValueError("inbox rows are stored by a turn: pass its turn_id")
+        rows = [(key, str(message["role"]), dumps(message), now, key) for message in messages]
+
+        async def body(db: Db) -> list[int]:
+            await self._require_session(db, key, enforced=bool(rows))
+            await db.executemany(_APPEND, rows)
+            if inbox_ids and turn_id is not None:
                 await mark_stored(db, inbox_ids, turn_id)
             if answered:
                 await mark_answered(db, key)
             return await owe_posts(db, owed, self.replica)
+
+        return await self._transact(body)

@@ -7,16 +7,19 @@ queries.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from bot.clock import utcnow
-from bot.store.db import Db
+from bot.store.db import Body, Db
 from bot.store.schema import ts
 from bot.types import Usage
+
+T = TypeVar("T")
 
 
 class UsageGrouping(StrEnum):
@@ -42,6 +45,18 @@ _TOKENS = "SELECT SUM(u.input_tokens + u.output_tokens + u.cache_read_tokens + u
 
 
 @dataclass(frozen=True, slots=True)
+class UsageEntry:
+    """One model call's tokens, as booked: who asked, in which session and turn, when."""
+
+    session_key: str
+    turn_id: str | None
+    model: str
+    usage: Usage
+    requester: str | None
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class UsageRow:
     """The calls of one group and model, and what they cost in tokens."""
 
@@ -58,25 +73,38 @@ class UsageQueries:
 
         def _write(self) -> AbstractAsyncContextManager[Db]: ...
 
+        async def _transact(self, body: Body[T]) -> T: ...
+
     async def record_usage(
         self, *, session_key: str, turn_id: str | None, model: str, usage: Usage, requester: str | None = None
     ) -> None:
-        async with self._write() as db:
-            await db.execute(
+        await self.record_usages([UsageEntry(session_key, turn_id, model, usage, requester, utcnow())])
+
+    async def record_usages(self, entries: Sequence[UsageEntry]) -> None:
+        """Book many calls in one transaction (`GroupCommit` hands it the calls that ended together)."""
+        rows = [
+            (
+                ts(e.at),
+                e.session_key,
+                e.turn_id,
+                e.requester,
+                e.model,
+                e.usage.input_tokens,
+                e.usage.output_tokens,
+                e.usage.cache_read_tokens,
+                e.usage.cache_write_tokens,
+            )
+            for e in entries
+        ]
+
+        async def body(db: Db) -> None:
+            await db.executemany(
                 "INSERT INTO model_usage (at, session_key, turn_id, requester, model, input_tokens, output_tokens,"
                 " cache_read_tokens, cache_write_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    ts(utcnow()),
-                    session_key,
-                    turn_id,
-                    requester,
-                    model,
-                    usage.input_tokens,
-                    usage.output_tokens,
-                    usage.cache_read_tokens,
-                    usage.cache_write_tokens,
-                ),
+                rows,
             )
+
+        await self._transact(body)
 
     async def usage_by(self, grouping: UsageGrouping, *, since: datetime | None = None) -> list[UsageRow]:
         """Token totals per group and model since `since` (all time when None), largest groups first."""
