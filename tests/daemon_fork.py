@@ -7,7 +7,8 @@ that sets its own environment, working directory and log, then runs the same `ma
 `python -m bot` runs. It is still a process of its own, talking to the fakes over sockets, stopped by
 SIGTERM and killed by SIGKILL like any other. Nothing else is shared: the server never runs the daemon,
 so every fork starts from the same freshly imported state. This module imports nothing of the tests, so
-the server does not either.
+the server does not either. The server starts inside the first test that starts a daemon, so it inherits
+the session's hermetic environment (conftest.py `hermetic`); a daemon's own variables come from its test.
 """
 
 from __future__ import annotations
