@@ -191,6 +191,16 @@ class Settings(BaseSettings):
     bot_metrics_host: str = "127.0.0.1"  # loopback: /metrics is for a scraper on this host unless told otherwise
     bot_socket_ping_interval_s: float = Field(10, gt=0)
     bot_socket_max_silence_s: float = Field(3600, ge=0)
+    bot_slack_edits_per_minute: float = Field(50, gt=0)
+    """The workspace's `chat.update` budget, which every edit of the process (and of a cluster's live replicas
+    together) stays within: Slack's Tier 3, about 50 a minute. A workspace Slack lets edit faster may raise it."""
+    bot_home_refresh_s: float = Field(15, gt=0)
+    """How often an open home tab is published again, to show what changed elsewhere (another replica, a
+    reminder that came due); a change this process makes shows at once."""
+    bot_stop_flush_s: float = Field(10, ge=0)
+    """How long a stopping daemon spends on what it still owes Slack, once for the queued posts and once for the
+    final edits; what has not landed by then stays owed in the store for the next start. A deploy that gives a
+    stop less time (a short termination grace period) lowers it."""
     bot_log_format: str = "text"
     bot_slack_surface: Literal["auto", "agent", "classic"] = "auto"
     """How a turn shows in Slack: one streamed message with task cards (`agent`), or status messages and an

@@ -4,8 +4,9 @@ Nothing in the daemon is mocked: slack_bolt, slack_sdk and anthropic talk over s
 run in the test's event loop. Every wait is on a condition the fakes observe (an API call, an ack, a model
 request), with a timeout; nothing sleeps hoping it is enough.
 
-Starting the daemon costs seconds (importing anthropic alone is most of it), so tests that need no special
-settings share one daemon per module (`world`), each in its own channel and with its own scripted model
+Each daemon is forked from a server that has imported the daemon's code once per worker (daemon_fork.py:
+importing anthropic alone takes seconds of CPU). Starting one still takes a while, so tests that need no
+special settings share one daemon per module (`world`), each in its own channel and with its own scripted model
 answers (routed by the conversation's first words). Tests that need their own settings, or a restart, take
 `own`: fresh fakes and a daemon not started yet. conftest.py registers this module as a plugin, so every
 test module gets these fixtures without importing them.
@@ -19,7 +20,6 @@ import itertools
 import os
 import re
 import signal
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from conftest import OPEN_POLICY
+from daemon_fork import DaemonProcess, fork_daemon
 from fakes.anthropic_api import Failure, FakeAnthropic, Reply, user_texts
 from fakes.slack_api import FakeSlack, StoredMessage
 
@@ -49,14 +50,15 @@ MESSAGE = re.compile(r"<message(?: [a-z]+=\"[^\"]*\")*>(.*)</message>", re.S)
 
 @dataclass
 class Daemon:
-    """One `python -m bot run` process; `stop()` sends SIGTERM, waits, and kills if it must."""
+    """One `python -m bot run` process (forked from bot code imported once, see daemon_fork.py); `stop()` sends
+    SIGTERM, waits, and kills if it must."""
 
     slack: FakeSlack
     model: FakeAnthropic
     data_dir: Path
     env: dict[str, str] = field(default_factory=dict)
     port: int | None = None
-    process: asyncio.subprocess.Process | None = None
+    process: DaemonProcess | None = None
     log_path: Path | None = None
     runs: int = 0
 
@@ -73,6 +75,9 @@ class Daemon:
             BOT_DATA_DIR=str(self.data_dir),
             BOT_POLICY_FILE=str(OPEN_POLICY),
             BOT_SLACK_SURFACE="classic",  # the suite's tests mean the classic surface unless they ask for another
+            # The fake Slack sets no edit limit unless a test asks for one: the daemon's own budget (Slack's 50 a
+            # minute) would only pace the tests' waits, as for the 20 repaints of a takeover.
+            BOT_SLACK_EDITS_PER_MINUTE="600",
         )
         return env | self.env
 
@@ -80,10 +85,8 @@ class Daemon:
         self.runs += 1
         self.log_path = self.data_dir / f"daemon-{self.runs}.log"
         args = ["--port", str(self.port)] if self.port is not None else []
-        with self.log_path.open("wb") as log:
-            self.process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "bot", "run", *args, cwd=self.data_dir, env=self.environ(), stdout=log, stderr=log
-            )
+        self.log_path.write_bytes(b"")
+        self.process = await fork_daemon(["run", *args], env=self.environ(), cwd=self.data_dir, log_path=self.log_path)
 
     async def connected(self, total: int = 1) -> None:
         try:

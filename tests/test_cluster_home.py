@@ -26,12 +26,13 @@ def _cancels(view: dict[str, Any] | None) -> list[str]:
 
 
 async def test_a_home_on_another_replica_shows_the_call_and_cancels_it(rig: Cluster) -> None:
-    [owner] = await rig.start(1)
+    # The home refreshes what another replica changed every BOT_HOME_REFRESH_S: short, so that is no wait.
+    [owner] = await rig.start(1, BOT_HOME_REFRESH_S="1")
     long = tool_use("sleep_for", {"seconds": 120})
     rig.script.add("far call", Reply.tools(long), Reply.text_only("Cancelled from home."))
     event = await mention(rig.slack, "C1", "far call")
     status = await wait_status(rig.slack, "C1", event["ts"])
-    await rig.start(1)  # the fake routes to the newest connection: from now on, never the owner's
+    await rig.start(1, BOT_HOME_REFRESH_S="1")  # the fake routes to the newest connection: never the owner's
     await rig.slack.send_event(rig.slack.agent.app_home_opened("U1"))
     await rig.slack.wait_for(lambda: _cancels(rig.slack.agent.home_of("U1")) == [long["id"]], WAIT_S, "U1's home")
 

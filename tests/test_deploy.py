@@ -41,6 +41,7 @@ from bot.telemetry.metrics import Metrics
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 README = DEPLOY.parent / "README.md"
+STOP_FLUSH_S = Settings.model_fields["bot_stop_flush_s"].default  # the queued posts, the outbox, the final edits
 AIOHTTP_WS_CLOSE_S = 10.0  # aiohttp's default for a websocket's close handshake (ClientWSTimeout.ws_close)
 
 
@@ -58,9 +59,9 @@ def worst_case_stop_s() -> float:
         + engine.CANCEL_WAIT_S
         + core_app.SHUTDOWN_GRACE_S
         + registry.CANCEL_WAIT_S
-        + daemon.EDGE_DRAIN_S
-        + daemon.EDGE_DRAIN_S / 2
-        + 2 * daemon.EDITS_FLUSH_S
+        + STOP_FLUSH_S
+        + STOP_FLUSH_S / 2
+        + 2 * STOP_FLUSH_S
         + tracing.FLUSH_S
     )
 

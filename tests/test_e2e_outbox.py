@@ -105,6 +105,7 @@ async def test_final_states_owed_at_a_stop_are_painted_after_the_restart(
     rig: tuple[FakeSlack, Script, Daemon], stop: str
 ) -> None:
     slack, script, daemon = rig
+    daemon.env["BOT_STOP_FLUSH_S"] = "2"  # a stop tries the finals that long, in vain, and keeps them owed
     await daemon.start()
     await daemon.connected()
     slack.fail("chat.update", status=500, times=None)  # no status message can show its end

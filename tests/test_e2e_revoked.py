@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from daemon_fork import DaemonProcess
 from daemon_rig import WAIT_S, World, mention, wait_text
 from fakes.anthropic_api import Reply
 from fakes.slack_api import BOT_USER_ID, app_uninstalled_event, tokens_revoked_event
@@ -13,7 +14,7 @@ from fakes.slack_api import BOT_USER_ID, app_uninstalled_event, tokens_revoked_e
 pytestmark = [pytest.mark.timeout(90), pytest.mark.asyncio(loop_scope="module")]
 
 
-async def started(world: World) -> asyncio.subprocess.Process:
+async def started(world: World) -> DaemonProcess:
     await world.daemon.start()
     await world.daemon.connected()
     assert world.daemon.process is not None

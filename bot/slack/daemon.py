@@ -63,8 +63,6 @@ log = logging.getLogger(__name__)
 
 EVENTS_PATH = "/slack/events"
 INGRESS_GRACE_S = 5.0
-EDGE_DRAIN_S = 10.0
-EDITS_FLUSH_S = 10.0
 LISTENER_SHUTDOWN_S = 2.0  # per aiohttp listener (Events API, metrics): open requests get this long
 
 
@@ -116,10 +114,15 @@ async def _run(
     async with contextlib.AsyncExitStack() as stack:
         ground = await stack.enter_async_context(open_ground(settings, replica=True))
         coordination = ground.coordination
-        edits = EditScheduler(pacing_client, journal=FinalJournal(ground.store), metrics=telemetry.metrics)
+        edits = EditScheduler(
+            pacing_client,
+            per_minute=settings.bot_slack_edits_per_minute,
+            journal=FinalJournal(ground.store),
+            metrics=telemetry.metrics,
+        )
         posts = PostQueue(pacing_client, metrics=telemetry.metrics, tracing=telemetry.tracing)
         await edits.start()
-        stack.push_async_callback(edits.close, EDITS_FLUSH_S)
+        stack.push_async_callback(edits.close, settings.bot_stop_flush_s)
         edge = SlackEdge(
             client,
             edits,
@@ -143,8 +146,8 @@ async def _run(
             another replica's now."""
             revoked = ingress is not None and ingress.revoked.is_set()
             drain = 0.0 if coordination.lost.is_set() or revoked else 1.0
-            await edge.close(EDGE_DRAIN_S * drain)
-            await edits.close(EDITS_FLUSH_S * drain)
+            await edge.close(settings.bot_stop_flush_s * drain)
+            await edits.close(settings.bot_stop_flush_s * drain)
 
         # Posts the shutdown itself queued (cancelled calls) still record where they went.
         stack.push_async_callback(flush_slack)

@@ -42,6 +42,7 @@ def agent_surface(
         admission=admission,
         metrics=metrics,
         workspace_url=me.url,
+        refresh_s=settings.bot_home_refresh_s,
     )
     threads = AgentThreads(
         client=client, prompts=settings.bot_suggested_prompts, bot_user_id=me.user_id, admission=admission
