@@ -24,8 +24,8 @@ import httpx2
 
 from bot.errors import ContextOverflow, ModelError
 from bot.model.caching import CacheTTL, mark_messages, system_blocks
-from bot.model.stream_reader import StreamError, StreamReader, StreamStalled, sse_events
-from bot.types import ModelReply, ModelRequest, TextSink, Usage
+from bot.model.stream_reader import StreamReader, StreamStalled
+from bot.types import JSON, ModelReply, ModelRequest, TextSink, Usage
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class AnthropicProvider:
                 f"({exc.object[exc.start : exc.end]!a}); the request was not sent"
             ) from exc
         except ValueError as exc:
-            # `_stream` raises ValueError when a finished tool call's streamed arguments are not valid JSON.
+            # The SDK raises ValueError when a tool call's streamed arguments are not valid JSON.
             log.warning("unreadable model response: %s", exc)
             raise ModelError("the model sent a tool call whose arguments are not valid JSON; please try again") from exc
 
@@ -116,26 +116,24 @@ class AnthropicProvider:
                 log.warning("model stream stalled before any content; retrying (%d)", attempt)
 
     async def _stream(self, params: dict[str, Any], reader: StreamReader) -> ModelReply:
-        # The raw response, its events read by `sse_events`: the SDK's typed stream costs more than the request.
-        raw = self._client.messages.with_streaming_response.create(**params, stream=True)
-        async with raw as response:
+        async with self._client.messages.stream(**params) as stream:
             try:
-                await reader.read(sse_events(response.iter_lines()), self._idle_timeout_s)
+                await reader.read(stream, self._idle_timeout_s)
             except httpx2.TransportError as exc:
-                # Raised as it is once the body streams; before that the SDK makes it an APIConnectionError.
+                # Raised as it is by the SDK once the body streams; before that it is an APIConnectionError.
                 log.warning("model stream broke off: %r", exc)
-            except StreamError as exc:
-                raise anthropic.APIStatusError(str(exc), response=response.http_response, body=exc.body) from None
-        if not reader.started:
-            raise ModelError("the connection to the model broke before it answered; please try again")
-        incomplete = reader.tool_inputs.incomplete()
-        # The API rejects empty text blocks when they are sent back in the history; a cut-off call's input
-        # is left as it started (the turn answers it with an error instead of running it).
-        content = [_without_none(block) for block in reader.content]
+            if not reader.started:
+                raise ModelError("the connection to the model broke before it answered; please try again")
+            message = stream.current_message_snapshot
+        # warnings=False: a tool_use whose input is not an object is passed on as is (the turn answers it
+        # with an error result) instead of making pydantic warn about the unexpected type.
+        content: list[dict[str, JSON]] = [
+            block.model_dump(mode="json", exclude_none=True, warnings=False) for block in message.content
+        ]
+        # The API rejects empty text blocks when they are sent back in the history.
         content = [block for block in content if block.get("type") != "text" or block.get("text")]
-        stop_reason = reader.message.get("stop_reason")
-        if reader.finished and reader.tool_inputs.unreadable and stop_reason != "max_tokens":
-            raise ValueError("a tool call's streamed arguments are not valid JSON")  # not cut off: wrong
+        incomplete = reader.tool_inputs.incomplete()
+        stop_reason = message.stop_reason
         if not reader.finished:
             if not any(block.get("type") == "tool_use" for block in content):
                 raise ModelError("the model's answer broke off mid-stream; please try again")
@@ -144,7 +142,7 @@ class AnthropicProvider:
             content=content,
             stop_reason=stop_reason or "end_turn",
             incomplete_tool_ids=incomplete,
-            usage=_usage(reader.message.get("usage") or {}),
+            usage=_usage(message),
             model=self._model,
         )
 
@@ -152,22 +150,14 @@ class AnthropicProvider:
         await self._client.close()
 
 
-def _usage(usage: dict[str, Any]) -> Usage:
+def _usage(message: anthropic.types.Message) -> Usage:
+    usage = message.usage
     return Usage(
-        input_tokens=int(usage.get("input_tokens") or 0),
-        output_tokens=int(usage.get("output_tokens") or 0),
-        cache_read_tokens=int(usage.get("cache_read_input_tokens") or 0),
-        cache_write_tokens=int(usage.get("cache_creation_input_tokens") or 0),
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cache_read_tokens=usage.cache_read_input_tokens or 0,
+        cache_write_tokens=usage.cache_creation_input_tokens or 0,
     )
-
-
-def _without_none(value: Any) -> Any:
-    """The block as the API would take it back: fields it sent as null left out, as the SDK's dump leaves them."""
-    if isinstance(value, dict):
-        return {k: _without_none(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_without_none(v) for v in value]
-    return value
 
 
 def _describe_status(exc: anthropic.APIStatusError) -> str:
