@@ -33,6 +33,13 @@ from tools.base import SharedFile
 __all__ = ["any_store", "pg_dsn", "pg_jobs_dsn", "store_backend", "store_opener"]  # the back-end fixtures
 pytest_plugins = ["daemon_rig"]  # the daemon-as-a-process fixtures (`world`, `own`) for every module
 
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: a worker more than there are cores (pyproject caps it at four). A daemon test mostly waits
+    on its daemon's intervals and the fakes, so a third worker on two cores fills the waits."""
+    return (os.cpu_count() or 1) + 1
+
+
 MODEL = "claude-sonnet-5-5"
 WAIT_S = 20.0  # an upper bound: generous, so a loaded machine is slow, not failing
 """How long a test waits for a condition before failing; generous, since it only matters when broken."""
