@@ -34,6 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,7 +69,7 @@ def _done(revision_text: str, blocks: list[dict[str, Any]] | None, agent: bool) 
     return "✅" in revision_text
 
 
-def _first(posts: list[StoredMessage], seen: Any) -> float | None:
+def _first(posts: list[StoredMessage], seen: Callable[[str, list[dict[str, Any]] | None], bool]) -> float | None:
     """When any of the thread's messages first showed what `seen(text, blocks)` looks for (fake's clock)."""
     times = [r.time for m in posts for r in m.history if seen(r.text, r.blocks)]
     return min(times) if times else None
