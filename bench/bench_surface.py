@@ -1,7 +1,8 @@
 """Slack surfaces side by side: classic mode against agent mode, one tool turn and many at once.
 
-Run: `.venv/bin/python bench/bench_surface.py [--turns 5] [--sizes 10,100]` (about eight minutes with the
-defaults on 2 cores). Prints figures; asserts nothing.
+Run: `.venv/bin/python bench/bench_surface.py [--turns 5] [--sizes 10,100] [--modes classic,agent] [--parts 12]`
+(about 12 minutes with the defaults on 2 cores, nine of them agent mode's 100 threads). Prints figures; asserts
+nothing.
 
 Every daemon is a real `python -m bot run` (Socket Mode) against a fake Slack of its own that limits what Slack
 limits, in real time: `chat.postMessage` about 1/s per channel with bursts of 10, `chat.update` Tier 3 (50 a
@@ -17,11 +18,14 @@ configurable), so a faster fake would change nothing but the 429s.
     state was visible. Agent mode is measured twice: with a stream that lives through the turn, and with Slack
     ending every stream after 1.5 s (the stream limit, in seconds instead of five minutes), where the message is
     kept by `chat.update`.
-(2) Concurrent threads: for each size N, four daemons at once (classic and agent mode, N threads in 1 channel
-    and spread over 10), each sent N mentions at once, each a tool turn of `sleep_for` 1 s. Per thread, after its
-    work ended (the call's end, as above): when its answer was visible, when its call's final state was; finals
-    lost (a thread whose call never showed as done within the wait's bound), and the 429s Slack answered that
-    daemon (any method). The four share the machine's 2 cores; each has its own workspace, so its own limits.
+(2) Concurrent threads: for each size N, a daemon for each mode and spread (N threads in 1 channel, or over 10),
+    all at once (eight with the defaults), each sent N mentions at once, each a tool turn of `sleep_for` 1 s.
+    Per thread, after its work ended (the call's end, as above): when its answer was visible, when its call's
+    final state was; finals lost (a thread whose call never showed as done within the wait's bound, 120 s + 6 s a
+    thread), and the 429s Slack answered that daemon (any method, named below the table). The daemons share the
+    machine's 2 cores; each has its own workspace, so its own limits. 1,000 threads take agent mode well over an
+    hour (Tier 2: 20 stream starts a minute), classic mode about half an hour (1 post a second in one channel,
+    50 edits a minute): `--sizes 1000 --modes classic` measures the one that fits.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,8 +94,12 @@ class Run:
     answer_lags: list[float] = field(default_factory=list)
     final_lags: list[float] = field(default_factory=list)
     lost: int = 0
-    refused: int = 0
+    refused: Counter[str] = field(default_factory=Counter)  # the 429s Slack answered, by method
     figures: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def spread(self) -> str:
+        return f"{len(self.channels)} channel" + ("s" if len(self.channels) > 1 else "")
 
     @property
     def agent(self) -> bool:
@@ -168,7 +177,7 @@ def measure(run: Run, slack: FakeSlack, before: dict[str, int]) -> None:
         run.final_lags.append(final - ended)
         if answer is not None:
             run.answer_lags.append(answer - ended)
-    run.refused = sum(slack.rate_limited.values())
+    run.refused = Counter({method: n for method, n in slack.rate_limited.items() if n})
     turns = len(run.roots)
     run.figures = {method: (len(slack.calls_to(method)) - before[method]) / turns for method in METHODS}
     roots = list(run.roots.items())
@@ -183,7 +192,7 @@ def per_turn_figures(run: Run) -> dict[str, float]:
         "final visible after call, ms p50": pct(lags, 50) * 1000,
         "final visible after call, ms p99": pct(lags, 99) * 1000,
         "finals lost": run.lost,
-        "Slack 429s": run.refused,
+        "Slack 429s": run.refused.total(),
     }
 
 
@@ -207,12 +216,12 @@ def _lags(values: list[float]) -> str:
     return f"{pct(values, 50):7.1f} / {pct(values, 99):7.1f}"
 
 
-SPREADS = {"1 channel": ["C1"], "10 channels": [f"C{c:02d}" for c in range(10)]}
+SPREADS = (["C1"], [f"C{c:02d}" for c in range(10)])
 
 
 async def concurrent(sizes: list[int], modes: list[str]) -> None:
     """Every size, spread and mode at once: the run takes as long as its slowest daemon."""
-    runs = [Run(mode, channels, size, 1) for size in sizes for channels in SPREADS.values() for mode in modes]
+    runs = [Run(mode, channels, size, 1) for size in sizes for channels in SPREADS for mode in modes]
     started = time.perf_counter()
     await asyncio.gather(*(drive(r) for r in runs))
     print(
@@ -224,14 +233,19 @@ async def concurrent(sizes: list[int], modes: list[str]) -> None:
         f" {'finals lost':>12} {'429s':>6} {'posts':>6} {'edits':>6} {'streams':>8}"
     )
     for r in runs:
-        spread = next(name for name, channels in SPREADS.items() if channels == r.channels)
         streams = sum(r.figures[m] for m in METHODS if "Stream" in m)
         print(
-            f"  {r.threads:>7}  {spread:<12} {r.mode:<8} {_lags(r.answer_lags):>28} {_lags(r.final_lags):>28}"
-            f" {r.lost:>12} {r.refused:>6} {r.figures['chat.postMessage']:>6.1f} {r.figures['chat.update']:>6.1f}"
-            f" {streams:>8.1f}"
+            f"  {r.threads:>7}  {r.spread:<12} {r.mode:<8} {_lags(r.answer_lags):>28} {_lags(r.final_lags):>28}"
+            f" {r.lost:>12} {r.refused.total():>6} {r.figures['chat.postMessage']:>6.1f}"
+            f" {r.figures['chat.update']:>6.1f} {streams:>8.1f}"
         )
-    print("  (seconds after the thread's work ended; posts, edits and stream calls per turn)\n")
+    print("  (seconds after the thread's work ended; posts, edits and stream calls per turn)")
+    for r in runs:
+        if r.refused:
+            print(
+                f"  429s of {r.threads}, {r.spread}, {r.mode}: " + ", ".join(f"{m} {n}" for m, n in r.refused.items())
+            )
+    print()
 
 
 async def main() -> None:
