@@ -49,7 +49,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(HERE.parent)]
 
 from fakes.anthropic_api import FakeAnthropic, Reply, tool_use, user_texts  # noqa: E402
 from fakes.slack_api import FakeSlack  # noqa: E402
-from support import pct  # noqa: E402
+from support import CallFeed, pct  # noqa: E402
 
 from bot.errors import SlackRateLimited  # noqa: E402
 from bot.slack.client import SlackClient  # noqa: E402
@@ -229,18 +229,16 @@ async def daemon_run(name: str, source: Path, data: Path, refused: dict[str, int
                     roots[(channel, event["ts"])] = "slept" if channel == "C2" else "ok"
                 await asyncio.sleep(max(0.0, start + (i + 1) / MENTIONS_PER_S - time.perf_counter()))
             landed: dict[tuple[str, str], float] = {}
-            seen = 0
+            feed = CallFeed(slack)
 
             def answered() -> bool:
                 """Reads only the calls since it last looked (the fake shares this process with the daemons' load)."""
-                nonlocal seen
-                for call in slack.calls[seen:]:
+                for call in feed.new():
                     channel = call.params.get("channel")
                     if call.ok and call.method in ("chat.postMessage", "chat.update") and channel in runs:
                         message = slack.message(channel, call.response["ts"])
                         if roots.get((channel, message.thread_root)) == message.text:
                             landed.setdefault((channel, message.thread_root), call.time)
-                seen = len(slack.calls)
                 return len(landed) == len(roots)
 
             await slack.wait_for(answered, 600, f"every answer of the {name} daemon")

@@ -1,4 +1,5 @@
-"""What the benchmarks share: an edge that can be waited on, percentiles, and the seed's classic baselines.
+"""What the benchmarks share: an edge that can be waited on, percentiles, the seed's classic baselines, and a
+feed of the fake Slack's calls.
 
 Imported by the bench scripts after they put the repository and tests/ on `sys.path`.
 """
@@ -14,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import anthropic
 from fakes.anthropic_api import FakeAnthropic
+from fakes.slack_api import ApiCall, FakeSlack
 
 from bot.model.anthropic import AnthropicProvider
 from bot.model.caching import CacheTTL
@@ -94,3 +96,16 @@ async def classic_cancel_latencies(runs: int) -> list[float]:
     latencies = await asyncio.gather(*(one() for _ in range(runs)))
     pool.shutdown()
     return list(latencies)
+
+
+class CallFeed:
+    """The fake Slack's answered calls since it was last asked: a wait over thousands of calls reads each once."""
+
+    def __init__(self, slack: FakeSlack) -> None:
+        self._slack = slack
+        self._seen = 0
+
+    def new(self) -> list[ApiCall]:
+        calls = self._slack.calls[self._seen :]
+        self._seen += len(calls)
+        return calls
