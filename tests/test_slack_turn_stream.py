@@ -5,6 +5,7 @@ posted whole when Slack refuses to stream, and kept in the final journal for a p
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -47,7 +48,7 @@ class Rig:
         self.refusals: list[str] = []
         self.posted: list[tuple[str, list[Block], bool]] = []
 
-    def turn(self) -> TurnMessage:
+    def turn(self, budget: StreamBudget | None = None) -> TurnMessage:
         async def post(text: str, blocks: list[Block], owed: bool) -> tuple[str, str] | None:
             self.posted.append((text, blocks, owed))
             answer = await self.client.chat_postMessage(channel="C1", thread_ts="1.0", text=text, blocks=blocks)
@@ -57,7 +58,7 @@ class Rig:
             KEY,
             client=self.client,
             edits=self.edits,
-            budget=StreamBudget(scale=100),
+            budget=budget or StreamBudget(scale=100),
             post=post,
             refused=self.refusals.append,
             append_interval_s=0.01,
@@ -85,6 +86,37 @@ def sleeper(call_id: str = "toolu_1") -> ToolCall:
 def shown(slack: FakeSlack, ts: str) -> tuple[str, list[tuple[str, str, str]]]:
     message = slack.message("C1", ts)
     return message.text, task_cards(message.blocks)
+
+
+class HeldStarts(StreamBudget):
+    """A stream budget that counts what is spent and holds the first `chat.startStream` until released."""
+
+    def __init__(self) -> None:
+        super().__init__(scale=100)
+        self.spent: Counter[str] = Counter()
+        self.release = asyncio.Event()
+
+    async def spend(self, method: str) -> None:
+        self.spent[method] += 1
+        if method == "chat.startStream":
+            await self.release.wait()
+        await super().spend(method)
+
+
+async def test_a_turn_that_ends_while_its_start_waits_for_the_budget_pays_for_one_start(rig: Rig) -> None:
+    """Starts are the scarce token (the workspace's): paying twice for one halves how fast threads open."""
+    budget = HeldStarts()
+    turn = rig.turn(budget)
+    turn.add_text("Quick answer.")
+    opening = asyncio.create_task(turn.open(PLACE))
+    await rig.until(lambda: budget.spent["chat.startStream"] == 1, "the start waiting for its token")
+    turn.end_text()
+    turn.finish()
+    budget.release.set()
+    await opening
+    await rig.until(lambda: turn.phase is Phase.DONE, "the stream stopped")
+    assert budget.spent == Counter({"chat.startStream": 1, "chat.stopStream": 1})
+    assert shown(rig.slack, turn.ts or "")[0] == "Quick answer."
 
 
 async def test_words_and_cards_stream_into_one_message_that_closes_when_its_calls_are_final(rig: Rig) -> None:

@@ -260,11 +260,12 @@ class TurnMessage:
         method = "chat.stopStream" if final else "chat.startStream" if self.phase is Phase.NEW else "chat.appendStream"
         if not (final or self._news()):
             return
+        paced = method
         await self._pace(method)
         if self.final and not final:  # it ended while this waited its turn: the stop closes it
             final, method = True, "chat.stopStream"
             await self._budget.spend(method)
-        if final and self.phase is Phase.NEW:
+        if final and self.phase is Phase.NEW and paced != "chat.startStream":  # a stop that opens the stream too
             await self._budget.spend("chat.startStream")
         delta = self._text_delta(final)
         chunks = self._changed_cards()
