@@ -6,14 +6,13 @@ import fnmatch
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from bot.clock import utcnow
-from bot.store.db import Body, Db
+from bot.store.db import Body, Db, T
 from bot.store.schema import CALL_COLUMNS, call_from_row, call_to_row, ts
 from bot.toolcall import CallStatus, ToolCall
 
-T = TypeVar("T")
 ORPHANED_ERROR = "the process that ran this call stopped"
 _OPEN = "('pending', 'running')"  # the statuses a call may still leave
 # A call waiting for an approver runs nothing: a restart leaves it waiting, for whoever takes it up.

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from psycopg.rows import RowMaker
 
 T = TypeVar("T")
+"""What a store transaction's body returns (`Body`, `Store._transact`), for every module of the store."""
 Body = Callable[["Db"], Coroutine[Any, Any, T]]
 """A store write's statements, as one coroutine over the transaction's `Db` (see `Store._transact`)."""
 TxHook = Callable[["psycopg.AsyncConnection[Any]"], Awaitable[None]]

@@ -30,13 +30,12 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from bot.clock import utcnow
-from bot.store.db import Body, Db, Row, TxHook
+from bot.store.db import Body, Db, Row, T, TxHook
 from bot.store.schema import dumps, ts
 
-T = TypeVar("T")
 _COLUMNS = "id, session_key, text, blocks, claimed_at, turn_id, resumes, requester"
 VISIBLE = """NOT EXISTS (
     SELECT 1 FROM inbox AS reading WHERE reading.session_key = inbox.session_key AND reading.id <= inbox.id

@@ -18,14 +18,13 @@ import json
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from bot.clock import utcnow
-from bot.store.db import Body, Db, Row
+from bot.store.db import Body, Db, Row, T
 from bot.store.schema import dumps, ts
 from bot.types import LineKind, OwedLine, OwedPost
 
-T = TypeVar("T")
 _UPSERT_EDIT = """
 INSERT INTO outbox (session_key, channel, ts, text, blocks, created_at, replica) VALUES (?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT(channel, ts) WHERE ts IS NOT NULL

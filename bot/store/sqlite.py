@@ -18,18 +18,17 @@ import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import cast
 
 import aiosqlite
 
 from bot.errors import StoreError
-from bot.store.db import Body, Db, SqliteDb, SqliteThreadDb, run_to_end
+from bot.store.db import Body, Db, SqliteDb, SqliteThreadDb, T, run_to_end
 from bot.store.modes import private_dir, private_file, tighten
 from bot.store.schema import migrate
 from bot.store.store import Store
 
 BUSY_TIMEOUT_MS = 5_000
-T = TypeVar("T")
 
 
 class SqliteStore(Store):

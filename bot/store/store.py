@@ -19,11 +19,11 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from bot.clock import utcnow
 from bot.store.calls import CallQueries
-from bot.store.db import Body, Db, Row
+from bot.store.db import Body, Db, Row, T
 from bot.store.feedback import FeedbackQueries
 from bot.store.forgetting import ForgetQueries
 from bot.store.inbox import InboxQueries, mark_answered, mark_stored
@@ -34,8 +34,6 @@ from bot.store.reminders import ReminderQueries
 from bot.store.schema import dumps, ts
 from bot.store.usage import UsageQueries
 from bot.types import OwedPost
-
-T = TypeVar("T")
 
 _APPEND = (
     "INSERT INTO messages (session_key, seq, role, body, created_at)"

@@ -12,14 +12,12 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from bot.clock import utcnow
-from bot.store.db import Body, Db
+from bot.store.db import Body, Db, T
 from bot.store.schema import ts
 from bot.types import Usage
-
-T = TypeVar("T")
 
 
 class UsageGrouping(StrEnum):
