@@ -241,12 +241,21 @@ class EditScheduler:
         return [e for key, e in self._pending.items() if key not in self._in_flight]
 
     def _due_in(self, now: float) -> float | None:
-        """Seconds until the next edit may go (0: now); None when nothing can go before a call ends."""
-        waiting = self._waiting()
-        if not waiting or len(self._in_flight) >= self._max_in_flight:
+        """Seconds until the next edit may go (0: now); None when nothing can go before a call ends.
+
+        While the budget is spent (the usual state with hundreds of threads) no edit may go before it refills,
+        whichever it is, so that wait is the answer without looking at the pending states: every new state wakes
+        this loop, and scanning them all on each wake made the scheduler's CPU grow with the square of the threads.
+        """
+        if not self._pending or len(self._in_flight) >= self._max_in_flight:
             return None
-        soonest = min(self._ready_at(e) for e in waiting)
-        return max(0.0, self._paused_until - now, self._bucket.wait_s(now), soonest - now)
+        gate_s = max(self._paused_until - now, self._bucket.wait_s(now))
+        if gate_s > 0:
+            return gate_s
+        waiting = self._waiting()
+        if not waiting:
+            return None
+        return max(0.0, min(self._ready_at(e) for e in waiting) - now)
 
     def _pick(self, now: float) -> _Edit:
         """Finals before progress, the oldest final first (so no final waits longer than it must), then the

@@ -53,12 +53,14 @@ class StatusBoard:
         self._repost = repost
         self._by_call: dict[str, StatusMessage] = {}
         self._by_ts: OrderedDict[tuple[str, str], StatusMessage] = OrderedDict()
+        self._of_session: dict[str, list[StatusMessage]] = {}  # until its final state is known to be shown
 
     def start(self, session_key: str, calls: list[ToolCall], preamble: str | None = None) -> StatusMessage:
         """Track a new batch; the caller queues `post(message, ...)` behind the session's other posts."""
         message = StatusMessage(session_key, list(calls), preamble=preamble)
         for call in calls:
             self._by_call[call.id] = message
+        self._of_session.setdefault(session_key, []).append(message)
         return message
 
     async def post(self, message: StatusMessage, poster: Post) -> None:
@@ -119,14 +121,25 @@ class StatusBoard:
             self._forget(message)
 
     def awaiting_final(self, session_key: str, owes_final: Callable[[str, str], bool]) -> list[ToolCall]:
-        """The session's calls whose final state is not on Slack yet (queued edits, posts not landed)."""
+        """The session's calls whose final state is not on Slack yet (queued edits, posts not landed).
+
+        Only the session's own messages are looked at (an answer asks this, and scanning every thread's
+        messages made each answer cost more the busier the workspace); one whose final state is shown, or
+        given up, can never be awaited again and is dropped from the session's list."""
         calls: list[ToolCall] = []
-        for message in {id(m): m for m in [*self._by_ts.values(), *self._by_call.values()]}.values():
-            if message.session_key != session_key or not all(call.is_final for call in message.calls):
+        still: list[StatusMessage] = []
+        for message in self._of_session.pop(session_key, []):
+            if message.failed:
+                continue
+            if not all(call.is_final for call in message.calls):
+                still.append(message)
                 continue
             shown = message.channel is not None and message.ts is not None
             if (message.deferred or message.posting) or (shown and owes_final(message.channel or "", message.ts or "")):
                 calls.extend(message.calls)
+                still.append(message)
+        if still:
+            self._of_session[session_key] = still
         return calls
 
     def showing(self, call_id: str) -> StatusMessage | None:
@@ -144,6 +157,8 @@ class StatusBoard:
         for message in unposted.values():
             message.posting, message.failed = False, True
             self._forget(message)
+        if session_key in self._of_session:
+            self._of_session[session_key] = [m for m in self._of_session[session_key] if not m.failed]
 
     def open_messages(self) -> int:
         return len({id(message) for message in self._by_call.values()})
