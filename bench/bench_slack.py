@@ -20,7 +20,7 @@ One warm-up turn runs before measuring (the first model request builds the anthr
 one-time ~0.1 s stall). Both daemons are real processes on Socket Mode (`python -m bot run`, and this file
 with `--baseline-app`); the fakes run in this process, so their own overhead is in both figures of (a).
 `BENCH_PROFILE=/tmp/daemon.prof` runs the daemon of (a)-(c) under cProfile; `BENCH_STATEMENTS=1` lists (d)'s
-statements per turn.
+statements per turn; `BENCH_PSTATS=/tmp/turns.pstats` writes (d)'s profiled window for `pstats`.
 """
 
 from __future__ import annotations
@@ -357,6 +357,8 @@ def counted_daemon(out: Path, tree: Path) -> None:
                 bucket = next((b for b, marks in BUCKETS if any(mark in where for mark in marks)), "other")
                 split[bucket] += self_time
             figures["split"] = split
+            if os.environ.get("BENCH_PSTATS"):
+                profiler.dump_stats(os.environ["BENCH_PSTATS"])
         with out.open("a") as file:
             file.write(json.dumps(figures) + "\n")
 
