@@ -1,8 +1,9 @@
 """The bolt side: the Web API client, the `AsyncApp`, and listeners that only hand work off.
 
 One process: bolt acks an event before its listener runs, so ack latency is bolt's
-own; the listeners stay thin anyway (count, spawn a tracked task, return) so nothing
-slow sits between Slack and the ack even for interactions, which we ack ourselves.
+own (in Socket Mode on a thread of its own, bot/slack/socket_thread.py); the listeners
+stay thin anyway (count, spawn a tracked task, return) so nothing slow sits between
+Slack and the ack even for interactions, which we ack ourselves.
 A cluster acks only after the durable effect (bolt's `process_before_response`), see
 `Ingress`.
 """
@@ -41,6 +42,7 @@ from bot.slack.home import HomeTab
 from bot.slack.home_view import CANCEL_REMINDER_ACTION
 from bot.slack.prompts import AgentThreads
 from bot.slack.render import ANSWER_ACTIONS, APPROVE_ACTION, CANCEL_ACTION, DENY_ACTION
+from bot.slack.socket_thread import Relay, in_place
 from bot.telemetry.metrics import Metrics
 from bot.telemetry.tracing import Tracing
 
@@ -334,8 +336,13 @@ class Ingress:
             await self.home.close(timeout_s)
 
 
-def build_app(settings: Settings, client: AsyncWebClient, ingress: Ingress, me: Identity) -> AsyncApp:
-    """The bolt app with our four listeners; bolt's own middleware drops the bot's own events.
+def build_app(
+    settings: Settings, client: AsyncWebClient, ingress: Ingress, me: Identity, relay: Relay = in_place
+) -> AsyncApp:
+    """The bolt app with our listeners; bolt's own middleware drops the bot's own events.
+
+    Each listener hands its work to `ingress` through `relay`: in place, or on the daemon's loop when bolt
+    runs on a thread of its own (bot/slack/socket_thread.py).
 
     Authorization answers from the start-up `auth.test`: bolt's default would call `auth.test` again
     on the first event, before acking it (and once per event until the first call returns).
@@ -362,23 +369,26 @@ def build_app(settings: Settings, client: AsyncWebClient, ingress: Ingress, me: 
     )
 
     async def on_message(body: dict[str, Any]) -> None:
-        await ingress.message(body)
+        await relay(ingress.message(body))
 
     async def on_reaction(body: dict[str, Any]) -> None:
-        await ingress.reaction(body)
+        await relay(ingress.reaction(body))
 
     # Acked first in both ways of acking: with `process_before_response` bolt still answers Slack only once
     # the listener has returned (and with a 500 if it raised), so a replica acks after the durable effect.
     async def on_cancel_button(ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
-        await ingress.button(body)
+        await relay(ingress.button(body))
 
     app.event("app_mention")(on_message)
     app.event("message")(on_message)
     app.event("reaction_added")(on_reaction)
 
     async def on_revoked(body: dict[str, Any]) -> None:
-        ingress.revoke(body)
+        async def revoke() -> None:
+            ingress.revoke(body)
+
+        await relay(revoke())
 
     app.event("tokens_revoked")(on_revoked)
     app.event("app_uninstalled")(on_revoked)
@@ -386,38 +396,38 @@ def build_app(settings: Settings, client: AsyncWebClient, ingress: Ingress, me: 
 
     async def on_forget_button(ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
-        await ingress.forget_button(body)
+        await relay(ingress.forget_button(body))
 
     app.action(FORGET_ACTION)(on_forget_button)
 
     async def on_approval_button(ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
-        await ingress.approval_button(body)
+        await relay(ingress.approval_button(body))
 
     app.action(APPROVE_ACTION)(on_approval_button)
     app.action(DENY_ACTION)(on_approval_button)
     app.action(ANSWER_ACTIONS)(on_approval_button)
-    _listen_as_agent(app, ingress)
+    _listen_as_agent(app, ingress, relay)
     return app
 
 
-def _listen_as_agent(app: AsyncApp, ingress: Ingress) -> None:
+def _listen_as_agent(app: AsyncApp, ingress: Ingress, relay: Relay) -> None:
     """The agent surface's listeners: App Home and DM openings, new assistant threads, a session's Stop, an
     answer's feedback, a reminder's Cancel."""
 
     async def on_home_opened(body: dict[str, Any]) -> None:
-        await ingress.home_opened(body)
+        await relay(ingress.home_opened(body))
 
     async def on_thread_started(body: dict[str, Any]) -> None:
-        await ingress.thread_started(body)
+        await relay(ingress.thread_started(body))
 
     async def on_session_stopped(body: dict[str, Any]) -> None:
-        await ingress.session_stopped(body)
+        await relay(ingress.session_stopped(body))
 
     async def on_reminder_button(ack: AsyncAck, body: dict[str, Any]) -> None:
         if not ingress.ack_after:
             await ack()
-        await ingress.reminder_button(body)
+        await relay(ingress.reminder_button(body))
         if ingress.ack_after:
             await ack()
 
@@ -428,7 +438,7 @@ def _listen_as_agent(app: AsyncApp, ingress: Ingress) -> None:
     async def on_feedback(ack: AsyncAck, body: dict[str, Any]) -> None:
         if not ingress.ack_after:
             await ack()
-        await ingress.feedback_button(body)
+        await relay(ingress.feedback_button(body))
         if ingress.ack_after:
             await ack()
 

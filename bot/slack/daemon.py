@@ -20,7 +20,6 @@ from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
-from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import __version__
@@ -47,10 +46,11 @@ from bot.slack.edits import EditScheduler
 from bot.slack.events import INJECTION_REACTION, MessageRouter
 from bot.slack.feedback_clicks import FeedbackButtons
 from bot.slack.filters import SESSION_PREFIX
-from bot.slack.health import SocketHealth, daemon_health
+from bot.slack.health import daemon_health
 from bot.slack.journal import FinalJournal
 from bot.slack.output import SlackEdge
 from bot.slack.posts import PostQueue
+from bot.slack.socket_thread import SocketThread, relay_to
 from bot.slack.surface import agent_surface
 from bot.slack.tokens import token_problem
 from bot.store import OwedMessage
@@ -175,26 +175,29 @@ async def _run(
         await coordination.join(crew)  # once events can be cancelled: from here on this process takes work
         stack.push_async_callback(ingress.close, INGRESS_GRACE_S)
         _gauges(metrics, core, edge, edits, posts, ingress)
-        app = build_app(settings, client, ingress, me)
-        handler, socket = None, None
+        socket_thread, socket = None, None
         if app_token is not None:
-            # The Socket Mode client reads slack_sdk's own errors when it reconnects (a rate-limited
-            # apps.connections.open waits its Retry-After): it gets a plain SDK client, not the project's.
-            sdk_client = AsyncWebClient(base_url=client.base_url, timeout=client.timeout, session=client.session)
-            handler = AsyncSocketModeHandler(
-                app, app_token, web_client=sdk_client, ping_interval=settings.bot_socket_ping_interval_s
+            app = build_app(settings, client, ingress, me, relay_to(asyncio.get_running_loop()))
+            socket_thread = SocketThread(
+                app,
+                app_token,
+                base_url=client.base_url,
+                timeout_s=client.timeout,
+                ping_interval_s=settings.bot_socket_ping_interval_s,
+                metrics=metrics,
+                max_silence_s=settings.bot_socket_max_silence_s,
             )
-            stack.push_async_callback(handler.close_async)
-            socket = SocketHealth(handler.client, metrics, max_silence_s=settings.bot_socket_max_silence_s)
+            stack.push_async_callback(socket_thread.close)  # first on the way out: no reconnect while closing
+            socket = await socket_thread.start()
             metrics.gauge("socket_connected", "1 while the Socket Mode connection is up", lambda: socket.connected)
+        else:
+            app = build_app(settings, client, ingress, me)
         if settings.bot_metrics_port is not None:
             health = daemon_health(lambda: ingress.accepting, socket)
             runner = await _listen(metrics.web_app(health), settings.bot_metrics_port, host=settings.bot_metrics_host)
             stack.push_async_callback(runner.cleanup)
-        if handler is not None and socket is not None:
-            await handler.connect_async()  # type: ignore[no-untyped-call]
-            socket.start()
-            stack.push_async_callback(socket.close)  # first on the way out: no reconnect while closing
+        if socket_thread is not None:
+            await socket_thread.connect()
             _log_start(settings, me, "Socket Mode")
         else:
             events_app = app.web_app(path=EVENTS_PATH, port=port)
