@@ -1,6 +1,6 @@
 """Slack edge benchmark: ack latency, cancel latency, and the edit budget under load, against the fake Slack.
 
-Run: `.venv/bin/python bench/bench_slack.py [abcd]` (about two minutes; name parts to run only those).
+Run: `.venv/bin/python bench/bench_slack.py [abcde]` (about two minutes; name parts to run only those).
 Prints figures; asserts nothing. Targets from issue 4:
 (a) event-to-ack latency at 200 events/s, p50/p99 (target p99 ≤ 20 ms). The daemon gets a realistic mix:
     channel chatter it must look up and ignore, and every tenth event a mention that starts a turn.
@@ -16,6 +16,9 @@ Prints figures; asserts nothing. Targets from issue 4:
     /tmp/base45, made with `git worktree add /tmp/base45 45f8fd7`). Per turn: CPU of the event loop's thread,
     of the store's worker thread and of the rest; hops to that thread, SQL statements, commits, Slack calls and
     model requests. A second, profiled window splits the loop thread's CPU by package (cProfile self CPU time).
+(e) a burst (issue 18: ack p99 ≤ 20 ms, mention → first model request p50 ≤ 1.5 s): BURST_MENTIONS mentions at
+    BURST_RATE_PER_S over 10 channels, each a one-answer turn, on a plain daemon (`python -m bot run`) from this tree
+    and then from the baseline tree: each envelope's ack latency and each mention's time to its first model request.
 One warm-up turn runs before measuring (the first model request builds the anthropic SDK's lazy parts, a
 one-time ~0.1 s stall). Both daemons are real processes on Socket Mode (`python -m bot run`, and this file
 with `--baseline-app`); the fakes run in this process, so their own overhead is in both figures of (a).
@@ -55,6 +58,8 @@ FINALS_DEADLINE_S = 150.0
 TURN_THREADS = 200
 TURN_CHANNELS = 10
 TURN_SLEEP_S = 2
+BURST_MENTIONS = 1000
+BURST_RATE_PER_S = 200
 BASELINE_TREE = Path(os.environ.get("BENCH_BASELINE_TREE", "/tmp/base45"))
 
 
@@ -450,6 +455,61 @@ def report_turn_cost(label: str, figures: dict[str, Any]) -> None:
             print(f"        {n:5.2f}× {kind}")
 
 
+# --- (e) a burst of mentions ---------------------------------------------------------------------------------------
+
+
+async def burst(slack: FakeSlack, model: FakeAnthropic, tree: Path, data: Path) -> tuple[list[float], list[float]]:
+    """BURST_MENTIONS mentions on schedule at BURST_RATE_PER_S on a daemon from `tree`: each ack's latency, and
+    each mention's seconds until the model was first asked about it."""
+    loop = asyncio.get_running_loop()
+    home = data / f"burst-{tree.name}"
+    home.mkdir()
+    env = _env(slack, model, home) | {"PYTHONPATH": str(tree)}
+    daemon = await _spawn(["-m", "bot", "run"], env, home, "daemon")
+    asked: dict[str, float] = {}
+    previous = model.default
+
+    def script(request: dict[str, Any]) -> Reply:
+        found = re.search(r"\bburst (\d+)\b", " ".join(user_texts(request)))
+        if found is None:
+            return previous(request) if callable(previous) else Reply.text_only("ok")
+        asked.setdefault(found.group(1), loop.time())
+        return Reply.text_only("Heard.")
+
+    model.default = script
+    try:
+        await slack.wait_connected(60, total=len(slack.connections) + 1)
+        await warm_up(slack)
+        sent: dict[str, tuple[str, float]] = {}  # mention number -> (envelope, when sent)
+        start = loop.time()
+        for i in range(BURST_MENTIONS):
+            delay = start + i / BURST_RATE_PER_S - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            event = slack.mention(f"CBURST{i % 10}", f"burst {i}")
+            sent[str(i)] = (await slack.send_event(event), loop.time())
+        await slack.wait_for(lambda: all(e in slack.acks for e, _ in sent.values()), 120, "every ack")
+        await slack.wait_for(lambda: len(asked) >= BURST_MENTIONS, 600, "every mention's first model request")
+        at = {e.envelope_id: e.time for e in slack.envelopes}
+        acks = [slack.acks[e].time - at[e] for e, _ in sent.values()]
+        return acks, [asked[i] - when for i, (_, when) in sent.items()]
+    except BaseException:
+        print(f"daemon log (tail):\n{(home / 'daemon.log').read_text(errors='replace')[-4000:]}")
+        raise
+    finally:
+        model.default = previous
+        await _stop(daemon)
+        await slack.wait_for(lambda: not slack.open_connections, 10, "the daemon gone")
+
+
+def report_burst(label: str, acks: list[float], first: list[float]) -> None:
+    print(f"    {label}")
+    print(f"      ack p50 {ms(pct(acks, 50))}   p99 {ms(pct(acks, 99))}   max {ms(max(acks))}", end="")
+    print(f"   -> {verdict(pct(acks, 99) <= 0.020)} (p99 ≤ 20 ms)")
+    print(f"      mention → first model request p50 {pct(first, 50):6.2f} s   p99 {pct(first, 99):6.2f} s", end="")
+    print(f"   -> {verdict(pct(first, 50) <= 1.5)} (p50 ≤ 1.5 s)")
+
+
 # --- main ------------------------------------------------------------------------------------------------------
 
 
@@ -467,6 +527,11 @@ async def main(parts: str = "abc") -> None:
                     report_turn_cost(f"baseline ({BASELINE_TREE})", await turn_cost(slack, model, BASELINE_TREE, data))
                 else:
                     print(f"    (no baseline tree at {BASELINE_TREE}: git worktree add {BASELINE_TREE} 45f8fd7)")
+            if "e" in parts:
+                print(f"(e) a burst: {BURST_MENTIONS} mentions at {BURST_RATE_PER_S}/s over 10 channels")
+                report_burst(f"threadbot, this tree ({ROOT})", *await burst(slack, model, ROOT, data))
+                if await asyncio.to_thread(BASELINE_TREE.exists):
+                    report_burst(f"baseline ({BASELINE_TREE})", *await burst(slack, model, BASELINE_TREE, data))
 
 
 async def edge_figures(slack: FakeSlack, model: FakeAnthropic, data: Path, parts: str) -> None:
@@ -536,4 +601,4 @@ if __name__ == "__main__":
     elif sys.argv[1:2] == ["--counted-daemon"]:
         counted_daemon(Path(sys.argv[2]), Path(sys.argv[3]))
     else:
-        asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "abcd"))
+        asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "abcde"))
