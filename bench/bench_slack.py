@@ -22,7 +22,7 @@ Prints figures; asserts nothing. Targets from issue 4:
 One warm-up turn runs before measuring (the first model request builds the anthropic SDK's lazy parts, a
 one-time ~0.1 s stall). Both daemons are real processes on Socket Mode (`python -m bot run`, and this file
 with `--baseline-app`); the fakes run in this process, so their own overhead is in both figures of (a).
-`BENCH_PROFILE=/tmp/daemon.prof` runs the daemon of (a)-(c) under cProfile; `BENCH_STATEMENTS=1` lists (d)'s
+`BENCH_PROFILE=/tmp/daemon.prof` runs the daemon of (a)-(c), and (e)'s, under cProfile; `BENCH_STATEMENTS=1` lists (d)'s
 statements per turn; `BENCH_PSTATS=/tmp/turns.pstats` writes (d)'s profiled window for `pstats`.
 """
 
@@ -465,7 +465,8 @@ async def burst(slack: FakeSlack, model: FakeAnthropic, tree: Path, data: Path) 
     home = data / f"burst-{tree.name}"
     home.mkdir()
     env = _env(slack, model, home) | {"PYTHONPATH": str(tree)}
-    daemon = await _spawn(["-m", "bot", "run"], env, home, "daemon")
+    profile = ["-m", "cProfile", "-o", os.environ["BENCH_PROFILE"]] if os.environ.get("BENCH_PROFILE") else []
+    daemon = await _spawn([*profile, "-m", "bot", "run"], env, home, "daemon")
     asked: dict[str, float] = {}
     previous = model.default
 
