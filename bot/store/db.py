@@ -124,7 +124,7 @@ def run_to_end(work: Coroutine[Any, Any, T]) -> T:
     except StopIteration as done:
         return cast(T, done.value)
     work.close()
-    raise RuntimeError("a store transaction awaited something other than its own statements")
+    raise RuntimeError("a store body awaited something other than its own statements")
 
 
 def fetching(sql: str, *params: Any) -> Body[list[Row]]:
