@@ -24,6 +24,7 @@ import pytest
 from psycopg import sql
 
 from bot.store import SqliteStore, Store
+from bot.store.db import fetching
 from bot.store.pg_schema import apply_jobs_schema
 from bot.store.postgres import PostgresStore
 
@@ -149,6 +150,5 @@ async def message_archive(store: Store, key: str) -> list[dict[str, Any]]:
         " UNION ALL SELECT body, created_at, 1, seq FROM messages WHERE session_key = ?"
         ") AS m ORDER BY created_at, src, ord"
     )
-    async with store._read() as db:
-        rows = await db.fetch(sql_text, key, key)
+    rows = await store._query(fetching(sql_text, key, key))
     return [json.loads(row[0]) for row in rows]

@@ -412,3 +412,39 @@ async def test_cancelled_writes_leave_no_open_transaction(store: Store) -> None:
     body = loaded[:-1]
     assert len(body) % 2 == 0
     assert all(body[i][:-1] == body[i + 1][:-1] for i in range(0, len(body), 2))  # whole pairs or nothing
+
+
+async def test_every_sqlite_method_is_one_hop_to_the_store_thread(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A method's statements run as one function on aiosqlite's thread, reads and writes alike: nothing else
+    can run between them, which is why the store needs no lock of its own."""
+    store = await SqliteStore.open(db_path)
+    hops: list[object] = []
+    execute = store._conn._execute
+
+    async def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        hops.append(fn)
+        return await execute(fn, *args, **kwargs)
+
+    monkeypatch.setattr(store._conn, "_execute", counted)
+
+    async def hops_of(work: Any) -> int:
+        hops.clear()
+        await work
+        return len(hops)
+
+    try:
+        assert await hops_of(store.ensure_session(KEY)) == 1
+        assert await hops_of(store.add_alias("alias", KEY)) == 1  # four statements
+        assert await hops_of(store.resolve("alias")) == 1  # two reads
+        pair = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+        assert await hops_of(store.replace_messages(KEY, pair)) == 1
+        with pytest.raises(KeyError):
+            await store.replace_messages("slack:none", pair)
+        assert await hops_of(store.update_address(KEY, {"speaker": "U1"})) == 1
+        assert await hops_of(store.count_resume(KEY)) == 1
+        assert await hops_of(store.load_messages(KEY)) == 1
+        assert await hops_of(store.forget_session(KEY)) == 2  # the delete, then the WAL checkpoint
+    finally:
+        await store.close()

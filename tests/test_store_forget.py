@@ -14,6 +14,7 @@ from bot.agent.fence import said
 from bot.clock import utcnow
 from bot.schedule.retention import Retention
 from bot.store import NewReminder, ReminderKind, SqliteStore, Store
+from bot.store.db import fetching
 from bot.store.forgetting import Forgetting
 from bot.toolcall import ToolCall
 from bot.types import Speaker, Usage
@@ -46,10 +47,9 @@ async def test_forget_deletes_every_row_holding_the_text_and_keeps_usage(any_sto
     assert await store.pending_reminders("slack:T1:C1:1.0") == []
     assert [m.session_key for m in await store.owed_messages()] == ["slack:T1:C1:2.0"]
     assert await message_archive(store, "slack:T1:C1:2.0"), "the other session is untouched"
-    async with store._read() as db:
-        usage = await db.fetch("SELECT session_key, input_tokens FROM model_usage ORDER BY session_key")
-        calls = await db.fetch("SELECT session_key FROM tool_calls")
-        inbox = await db.fetch("SELECT session_key FROM inbox")
+    usage = await store._query(fetching("SELECT session_key, input_tokens FROM model_usage ORDER BY session_key"))
+    calls = await store._query(fetching("SELECT session_key FROM tool_calls"))
+    inbox = await store._query(fetching("SELECT session_key FROM inbox"))
     assert [tuple(row) for row in usage] == [("slack:T1:C1:1.0", 7), ("slack:T1:C1:2.0", 7)], "token totals stay"
     assert [row[0] for row in calls] == [row[0] for row in inbox] == ["slack:T1:C1:2.0"]
     assert await store.forget_session("slack:T1:C1:1.0") is False
@@ -130,8 +130,7 @@ async def test_redact_message_replaces_a_deleted_message_everywhere_it_was_store
     assert "KESTREL" not in archive and "unrelated" in archive, "only that message goes"
     content = (await store.load_messages(key))[0]["content"]
     assert content == '<message from="U1" name="Ada" ts="1.5">[a message deleted in Slack]</message>'
-    async with store._read() as db:
-        inbox = await db.fetch("SELECT text, blocks FROM inbox")
+    inbox = await store._query(fetching("SELECT text, blocks FROM inbox"))
     assert "KESTREL" not in str([tuple(row) for row in inbox])
     assert await store.redact_message(key, "") == 0 and await store.redact_message("slack:none", "1.5") == 0
     assert await store.redact_message(key, "7.7") == 0, "a message never stored changes nothing"

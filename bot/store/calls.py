@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from bot.clock import utcnow
-from bot.store.db import Body, Db, T
+from bot.store.base import Queries
+from bot.store.db import Db, fetching
 from bot.store.schema import CALL_COLUMNS, call_from_row, call_to_row, ts
 from bot.toolcall import CallStatus, ToolCall
 
@@ -42,20 +41,8 @@ WHERE id = ? AND status = ? AND status NOT IN {_OPEN}
 """
 
 
-class CallQueries:
+class CallQueries(Queries):
     """Tool calls in the store. A final row keeps its outcome: the SQL guards it, not only the caller."""
-
-    if TYPE_CHECKING:
-        replica: str | None
-
-        def _read(self) -> AbstractAsyncContextManager[Db]: ...
-
-        def _write(self) -> AbstractAsyncContextManager[Db]: ...
-
-        @staticmethod
-        async def _require_session(db: Db, key: str, *, enforced: bool = False) -> None: ...
-
-        async def _transact(self, body: Body[T]) -> T: ...
 
     async def save_call(self, call: ToolCall) -> None:
         """Upsert a call; a final row keeps its status and outcome (only delivery and progress may change)."""
@@ -80,16 +67,16 @@ class CallQueries:
         await self._transact(body)
 
     async def load_call(self, call_id: str) -> ToolCall | None:
-        async with self._read() as db:
-            rows = await db.fetch(f"{_SELECT_CALLS} WHERE id = ?", call_id)
+        rows = await self._query(fetching(f"{_SELECT_CALLS} WHERE id = ?", call_id))
         return call_from_row(rows[0]) if rows else None
 
     async def session_calls(self, key: str, *, only_open: bool = False) -> list[ToolCall]:
         """The session's calls, oldest first; with `only_open`, just those still pending or running."""
         where = f" AND status IN {_OPEN}" if only_open else ""
-        async with self._read() as db:
-            order = db.dialect.row_order
-            rows = await db.fetch(f"{_SELECT_CALLS} WHERE session_key = ?{where} ORDER BY created_at, {order}", key)
+        order = self.dialect.row_order
+        rows = await self._query(
+            fetching(f"{_SELECT_CALLS} WHERE session_key = ?{where} ORDER BY created_at, {order}", key)
+        )
         return [call_from_row(row) for row in rows]
 
     async def orphan_open_calls(self, replicas: Sequence[str] | None = None) -> list[ToolCall]:
@@ -102,16 +89,9 @@ class CallQueries:
         only = f" AND replica IN ({', '.join('?' * len(replicas))})" if replicas is not None else ""
         sql = "UPDATE tool_calls SET status = ?, completed_at = ?, error = ?"
         sql += f" WHERE status IN {_OPEN} AND {_NOT_ASKED}{only}"
-        async with self._write() as db:
-            rows = await db.fetch(
-                f"{sql} RETURNING {_CALL_COLUMNS}",
-                CallStatus.ORPHANED.value,
-                ts(utcnow()),
-                ORPHANED_ERROR,
-                *(replicas or ()),
-            )
-            calls = [call_from_row(row) for row in rows]
-        return sorted(calls, key=lambda call: call.created_at)
+        params = (CallStatus.ORPHANED.value, ts(utcnow()), ORPHANED_ERROR, *(replicas or ()))
+        rows = await self._transact(fetching(f"{sql} RETURNING {_CALL_COLUMNS}", *params))
+        return sorted((call_from_row(row) for row in rows), key=lambda call: call.created_at)
 
     async def audit_calls(
         self, *, since: datetime | None = None, requester: str | None = None, tool: str | None = None
@@ -124,9 +104,9 @@ class CallQueries:
         if requester is not None:
             where.append("requester = ?")
             params.append(requester)
-        async with self._read() as db:
-            order = db.dialect.row_order
-            rows = await db.fetch(f"{_SELECT_CALLS} WHERE {' AND '.join(where)} ORDER BY created_at, {order}", *params)
+        order = self.dialect.row_order
+        sql = f"{_SELECT_CALLS} WHERE {' AND '.join(where)} ORDER BY created_at, {order}"
+        rows = await self._query(fetching(sql, *params))
         calls = [call_from_row(row) for row in rows]
         return [call for call in calls if tool is None or fnmatch.fnmatchcase(call.tool_name, tool)]
 
@@ -138,10 +118,8 @@ class CallQueries:
             return []
         only = f" AND replica IN ({', '.join('?' * len(replicas))})" if replicas is not None else ""
         sql = f"UPDATE tool_calls SET replica = ? WHERE NOT {_NOT_ASKED}{only} RETURNING {_CALL_COLUMNS}"
-        async with self._write() as db:
-            rows = await db.fetch(sql, self.replica, *(replicas or ()))
-            calls = [call_from_row(row) for row in rows]
-        return sorted(calls, key=lambda call: call.created_at)
+        rows = await self._transact(fetching(sql, self.replica, *(replicas or ())))
+        return sorted((call_from_row(row) for row in rows), key=lambda call: call.created_at)
 
     async def mark_delivered(self, call_ids: Sequence[str]) -> None:
         """Record that these calls' results reached the model; only final calls can be delivered."""
@@ -174,14 +152,13 @@ class CallQueries:
             return {}
         marks = ", ".join("?" * len(call_ids))
         columns = ", ".join(f"c.{column}" for column in CALL_COLUMNS)
-        async with self._read() as db:
-            sql = (
-                f"SELECT shown.place, {columns} FROM call_displays AS asked "
-                "JOIN call_displays AS shown ON shown.place = asked.place "
-                "JOIN tool_calls AS c ON c.id = shown.call_id "
-                f"WHERE asked.call_id IN ({marks}) ORDER BY c.created_at, c.{db.dialect.row_order}"
-            )
-            rows = await db.fetch(sql, *call_ids)
+        sql = (
+            f"SELECT shown.place, {columns} FROM call_displays AS asked "
+            "JOIN call_displays AS shown ON shown.place = asked.place "
+            "JOIN tool_calls AS c ON c.id = shown.call_id "
+            f"WHERE asked.call_id IN ({marks}) ORDER BY c.created_at, c.{self.dialect.row_order}"
+        )
+        rows = await self._query(fetching(sql, *call_ids))
         places: dict[str, dict[str, ToolCall]] = {}
         for row in rows:
             call = call_from_row(row)
@@ -191,6 +168,5 @@ class CallQueries:
     async def undelivered_calls(self, key: str) -> list[ToolCall]:
         """Final calls of the session whose result the model has not been given yet, oldest first."""
         sql = f"{_SELECT_CALLS} WHERE session_key = ? AND status NOT IN {_OPEN} AND delivered = 0"
-        async with self._read() as db:
-            rows = await db.fetch(f"{sql} ORDER BY created_at, {db.dialect.row_order}", key)
+        rows = await self._query(fetching(f"{sql} ORDER BY created_at, {self.dialect.row_order}", key))
         return [call_from_row(row) for row in rows]

@@ -9,16 +9,16 @@ its next look.
 from __future__ import annotations
 
 import json
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 
 from bot.clock import utcnow
+from bot.store.base import Queries
 from bot.store.calls import ORPHANED_ERROR
-from bot.store.db import PgDb
+from bot.store.db import PgDb, executing, fetching
 from bot.store.inbox import VISIBLE
 from bot.store.outbox import OwedMessage, owed_message
 from bot.store.schema import CALL_COLUMNS, call_from_row, ts
@@ -82,14 +82,10 @@ class RingRecord:
     body: dict[str, Any]
 
 
-class ClusterQueries:
-    """The rings' log, what gone replicas left, and the backstop's question: what owed has no job to take it up?"""
+class ClusterQueries(Queries):
+    """The rings' log, what gone replicas left, and the backstop's question: what owed has no job to take it up?
 
-    replica: str | None
-
-    if TYPE_CHECKING:
-
-        def transaction(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]: ...
+    Each runs in a fenced write transaction, reads included, as `PostgresStore._transact` runs one."""
 
     async def add_ring(self, conn: psycopg.AsyncConnection[Any], kind: str, key: str, body: dict[str, Any]) -> int:
         """Log a ring inside the caller's transaction (its NOTIFY goes out in the same commit)."""
@@ -98,47 +94,39 @@ class ClusterQueries:
 
     async def recent_rings(self, within_s: float, after_id: int) -> list[RingRecord]:
         """Rings of the last `within_s` seconds with ids above `after_id`, oldest first."""
-        async with self.transaction() as conn:
-            rows = await PgDb(conn).fetch(_RECENT_RINGS, within_s, after_id)
+        rows = await self._transact(fetching(_RECENT_RINGS, within_s, after_id))
         return [RingRecord(int(r["id"]), str(r["kind"]), str(r["key"]), dict(r["body"])) for r in rows]
 
     async def last_ring_id(self) -> int:
         """The newest ring's id (0 when there is none): where a replica that starts begins to listen."""
-        async with self.transaction() as conn:
-            [row] = await PgDb(conn).fetch(_LAST_RING)
+        [row] = await self._transact(fetching(_LAST_RING))
         return int(row["id"])
 
     async def prune_rings(self, older_than_s: float) -> None:
-        async with self.transaction() as conn:
-            await PgDb(conn).execute(_PRUNE_RINGS, (older_than_s,))
+        await self._transact(executing(_PRUNE_RINGS, older_than_s))
 
     async def adopt_owed(self) -> list[OwedMessage]:
         """Take over what gone replicas still owe Slack (posts, reminders and notices, final edits), oldest
         first; each row is adopted by one replica only (the UPDATE locks it), which then delivers it."""
-        async with self.transaction() as conn:
-            posts = await PgDb(conn).fetch(_ADOPT_POSTS, self.replica)
+        posts = await self._transact(fetching(_ADOPT_POSTS, self.replica))
         return sorted((owed_message(row) for row in posts), key=lambda message: message.id)
 
     async def orphan_dead_calls(self) -> list[ToolCall]:
         """Open calls of replicas declared dead become `orphaned`; returns them, oldest first."""
-        async with self.transaction() as conn:
-            rows = await PgDb(conn).fetch(_ORPHAN_DEAD, ts(utcnow()), ORPHANED_ERROR)
+        rows = await self._transact(fetching(_ORPHAN_DEAD, ts(utcnow()), ORPHANED_ERROR))
         return sorted((call_from_row(row) for row in rows), key=lambda call: call.created_at)
 
     async def adopt_asked_calls_of_gone(self) -> list[ToolCall]:
         """Calls waiting for an approval on replicas that are gone become this replica's, oldest first."""
-        async with self.transaction() as conn:
-            rows = await PgDb(conn).fetch(_ADOPT_ASKED, self.replica)
+        rows = await self._transact(fetching(_ADOPT_ASKED, self.replica))
         return sorted((call_from_row(row) for row in rows), key=lambda call: call.created_at)
 
     async def prune_replicas(self, older_than_s: float) -> None:
         """Forget gone replicas that owe nothing any more (every start makes a new one)."""
-        async with self.transaction() as conn:
-            await PgDb(conn).execute(_PRUNE_REPLICAS, (older_than_s,))
+        await self._transact(executing(_PRUNE_REPLICAS, older_than_s))
 
     async def unattended_sessions(self, older_than_s: float) -> list[str]:
         """Sessions owed input or a result for over `older_than_s` with no job of their thread to take it up."""
         before = ts(utcnow() - timedelta(seconds=older_than_s))
-        async with self.transaction() as conn:
-            rows = await PgDb(conn).fetch(_UNATTENDED, before, ts(utcnow()), before)
+        rows = await self._transact(fetching(_UNATTENDED, before, ts(utcnow()), before))
         return [str(row["session_key"]) for row in rows]

@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, LiteralString, Protocol, TypeVar, cast
 
-import aiosqlite
-
 from bot.errors import StoreError
 
 if TYPE_CHECKING:
@@ -27,7 +25,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 """What a store transaction's body returns (`Body`, `Store._transact`), for every module of the store."""
 Body = Callable[["Db"], Coroutine[Any, Any, T]]
-"""A store write's statements, as one coroutine over the transaction's `Db` (see `Store._transact`)."""
+"""A store method's statements, as one coroutine over its `Db` (see `Store._transact` and `Store._query`)."""
 TxHook = Callable[["psycopg.AsyncConnection[Any]"], Awaitable[None]]
 """Work a caller runs on the PostgreSQL connection inside a store write's transaction (e.g. defer a job)."""
 
@@ -68,7 +66,7 @@ SQLITE = Dialect(
     json_patch="json_patch({a}, {b})",
     json_field="json_extract({doc}, '$.{name}')",
     row_order="rowid",
-    lock_row="",  # BEGIN IMMEDIATE and the store's lock already let one writer in at a time
+    lock_row="",  # one worker thread runs one transaction at a time: no other writer to wait for
     lock_name="",
 )
 POSTGRES = Dialect(
@@ -81,7 +79,7 @@ POSTGRES = Dialect(
 
 
 class Db(Protocol):
-    """What a query needs of a connection inside `Store._read()` / `Store._write()`."""
+    """What a query needs of a connection inside a body run by `Store._transact` or `Store._query`."""
 
     dialect: Dialect
 
@@ -96,32 +94,9 @@ class Db(Protocol):
 
 
 class SqliteDb:
-    """aiosqlite as it is, one hop to its thread per statement: its `?` placeholders and `sqlite3.Row` rows
-    are the store's own conventions."""
-
-    dialect = SQLITE
-
-    def __init__(self, conn: aiosqlite.Connection) -> None:
-        self.conn = conn
-
-    async def execute(self, sql: str, params: Sequence[Any] = ()) -> Result:
-        cursor = await self.conn.execute(sql, params)
-        return Result(cursor.rowcount)
-
-    async def executemany(self, sql: str, seq: Iterable[Sequence[Any]]) -> None:
-        await self.conn.executemany(sql, seq)
-
-    async def fetch(self, sql: str, *params: Any) -> list[Row]:
-        rows: Iterable[sqlite3.Row] = await self.conn.execute_fetchall(sql, params)
-        return list(rows)
-
-    async def hand_over(self, then: TxHook) -> None:
-        raise StoreError("work inside a store transaction needs PostgreSQL (BOT_DATABASE_URL)")
-
-
-class SqliteThreadDb:
-    """The sqlite3 connection itself, used on aiosqlite's worker thread while a whole transaction runs there
-    (`SqliteStore._transact`): every statement runs as it is called, so each await here finishes at once."""
+    """The sqlite3 connection itself, used on aiosqlite's worker thread while a whole body runs there
+    (`SqliteStore._transact`, `SqliteStore._query`): every statement runs as it is called, so each await here
+    finishes at once. Its `?` placeholders and `sqlite3.Row` rows are the store's own conventions."""
 
     dialect = SQLITE
 
@@ -143,13 +118,31 @@ class SqliteThreadDb:
 
 
 def run_to_end(work: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine that never suspends (a store body over `SqliteThreadDb`) to its end, here and now."""
+    """Run a coroutine that never suspends (a store body over `SqliteDb`) to its end, here and now."""
     try:
         work.send(None)
     except StopIteration as done:
         return cast(T, done.value)
     work.close()
-    raise RuntimeError("a store transaction awaited something other than its own statements")
+    raise RuntimeError("a store body awaited something other than its own statements")
+
+
+def fetching(sql: str, *params: Any) -> Body[list[Row]]:
+    """The body of a method that is one statement returning rows (`await store._query(fetching(...))`)."""
+
+    async def body(db: Db) -> list[Row]:
+        return await db.fetch(sql, *params)
+
+    return body
+
+
+def executing(sql: str, *params: Any) -> Body[Result]:
+    """The body of a write that is one statement whose row count is all it returns."""
+
+    async def body(db: Db) -> Result:
+        return await db.execute(sql, params)
+
+    return body
 
 
 @lru_cache(maxsize=512)

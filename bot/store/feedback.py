@@ -8,14 +8,13 @@ Mixed into `Store` like the usage queries.
 
 from __future__ import annotations
 
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
 from bot.clock import utcnow
-from bot.store.db import Db
+from bot.store.base import Queries
+from bot.store.db import Db, fetching
 from bot.store.schema import ts
 
 UNKNOWN_MODEL = "(unknown)"
@@ -46,18 +45,13 @@ class FeedbackTally:
     bad: int
 
 
-class FeedbackQueries:
-    if TYPE_CHECKING:
-
-        def _read(self) -> AbstractAsyncContextManager[Db]: ...
-
-        def _write(self) -> AbstractAsyncContextManager[Db]: ...
-
+class FeedbackQueries(Queries):
     async def record_feedback(self, *, turn_id: str, session_key: str, user: str, rating: Rating) -> str | None:
         """Store `user`'s rating of the answer of `turn_id`; the model it is booked to, or None when the row
         already said so (a repeated click: nothing to count)."""
         now = ts(utcnow())
-        async with self._write() as db:
+
+        async def body(db: Db) -> str | None:
             rows = await db.fetch(
                 "SELECT model FROM model_usage WHERE turn_id = ? ORDER BY at DESC, id DESC LIMIT 1", turn_id
             )
@@ -68,28 +62,25 @@ class FeedbackQueries:
                 " WHERE feedback.rating <> excluded.rating",
                 (turn_id, user, session_key, model, rating.value, now),
             )
-        return model if cursor.rowcount else None
+            return model if cursor.rowcount else None
+
+        return await self._transact(body)
 
     async def feedback_by_model(self, *, since: datetime | None = None) -> list[FeedbackTally]:
         """Ratings per model since `since` (all time when None), the most rated first."""
-        async with self._read() as db:
-            rows = await db.fetch(
-                "SELECT model, SUM(CASE WHEN rating = 'good' THEN 1 ELSE 0 END),"
-                " SUM(CASE WHEN rating = 'bad' THEN 1 ELSE 0 END) FROM feedback WHERE at >= ?"
-                " GROUP BY model ORDER BY COUNT(*) DESC, model",
-                ts(since) if since is not None else "",
-            )
+        sql = (
+            "SELECT model, SUM(CASE WHEN rating = 'good' THEN 1 ELSE 0 END),"
+            " SUM(CASE WHEN rating = 'bad' THEN 1 ELSE 0 END) FROM feedback WHERE at >= ?"
+            " GROUP BY model ORDER BY COUNT(*) DESC, model"
+        )
+        rows = await self._query(fetching(sql, ts(since) if since is not None else ""))
         return [FeedbackTally(str(row[0]), int(row[1]), int(row[2])) for row in rows]
 
     async def recent_feedback(self, *, since: datetime | None = None, limit: int = 10) -> list[FeedbackRecord]:
         """The latest ratings since `since`, newest first."""
-        async with self._read() as db:
-            rows = await db.fetch(
-                "SELECT turn_id, session_key, user_id, model, rating, at FROM feedback WHERE at >= ?"
-                " ORDER BY at DESC LIMIT ?",
-                ts(since) if since is not None else "",
-                limit,
-            )
+        sql = "SELECT turn_id, session_key, user_id, model, rating, at FROM feedback WHERE at >= ?"
+        sql += " ORDER BY at DESC LIMIT ?"
+        rows = await self._query(fetching(sql, ts(since) if since is not None else "", limit))
         return [
             FeedbackRecord(
                 turn_id=str(row[0]),

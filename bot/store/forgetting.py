@@ -15,15 +15,15 @@ replaced wherever the session stored them and the files it carried are left out;
 from __future__ import annotations
 
 import json
-from abc import ABC, abstractmethod
-from contextlib import AbstractAsyncContextManager
+from abc import abstractmethod
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bot.agent.fence import said_at, unsay, without_files_of
-from bot.store.db import Db
+from bot.store.base import Queries
+from bot.store.db import Db, fetching
 from bot.store.schema import dumps, ts
 from tools.sandbox import forget_files
 
@@ -43,19 +43,12 @@ ORDER BY s.key
 """
 
 
-class ForgetQueries(ABC):
-    @abstractmethod
-    def _read(self) -> AbstractAsyncContextManager[Db]: ...
-
-    @abstractmethod
-    def _write(self) -> AbstractAsyncContextManager[Db]: ...
-
+class ForgetQueries(Queries):
     async def idle_sessions(self, since: datetime, *, prefix: str = "") -> list[str]:
         """Keys (starting with `prefix`) of sessions with no trace since `since` and no pending wait or reminder:
         a reminder still to come is a promise, and its session is not idle."""
         moment = ts(since)
-        async with self._read() as db:
-            rows = await db.fetch(_LAST_SEEN, f"{prefix}%", moment, moment, moment, moment)
+        rows = await self._query(fetching(_LAST_SEEN, f"{prefix}%", moment, moment, moment, moment))
         return [str(row[0]) for row in rows]
 
     async def redact_message(self, key: str, message_ts: str) -> int:
@@ -67,8 +60,9 @@ class ForgetQueries(ABC):
             return 0
         marker = said_at(message_ts)
         in_json = dumps(marker)[1:-1]  # how the marker reads inside a stored JSON body
-        changed = 0
-        async with self._write() as db:
+
+        async def body(db: Db) -> int:
+            changed = 0
             for table, ident in (("messages", "seq"), ("messages_archive", "id")):
                 rows = await db.fetch(f"SELECT {ident}, body FROM {table} WHERE session_key = ?", key)
                 for row in rows:
@@ -84,17 +78,23 @@ class ForgetQueries(ABC):
                     sql = "UPDATE inbox SET text = ?, blocks = ? WHERE id = ?"
                     await db.execute(sql, (unsay(row[1], message_ts, REDACTED), blocks, row[0]))
                     changed += 1
+            return changed
+
+        changed = await self._transact(body)
         if changed:
             await self._scrub()
         return changed
 
     async def forget_session(self, key: str) -> bool:
         """Delete the session and everything holding its text (token totals stay); False if it was unknown."""
-        async with self._write() as db:
+
+        async def body(db: Db) -> bool:
             await db.execute("DELETE FROM outbox WHERE session_key = ?", (key,))
-            deleted = await db.execute("DELETE FROM sessions WHERE key = ?", (key,))
+            return (await db.execute("DELETE FROM sessions WHERE key = ?", (key,))).rowcount > 0
+
+        known = await self._transact(body)
         await self._scrub()
-        return deleted.rowcount > 0
+        return known
 
     @abstractmethod
     async def _scrub(self) -> None:

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bot.clock import utcnow
-from bot.store.db import Body, Db, Row, T, TxHook
+from bot.store.base import Queries
+from bot.store.db import Db, Row, TxHook, executing, fetching
 from bot.store.schema import dumps, ts
 
 _COLUMNS = "id, session_key, text, blocks, claimed_at, turn_id, resumes, requester"
@@ -121,19 +121,8 @@ async def mark_answered(db: Db, session_key: str) -> int:
     return cursor.rowcount
 
 
-class InboxQueries:
+class InboxQueries(Queries):
     """The inbox half of `Store`'s interface."""
-
-    if TYPE_CHECKING:
-
-        def _read(self) -> AbstractAsyncContextManager[Db]: ...
-
-        def _write(self) -> AbstractAsyncContextManager[Db]: ...
-
-        @staticmethod
-        async def _require_session(db: Db, key: str, *, enforced: bool = False) -> None: ...
-
-        async def _transact(self, body: Body[T]) -> T: ...
 
     async def claim_message(
         self,
@@ -192,17 +181,19 @@ class InboxQueries:
             "UPDATE inbox SET text = ?, blocks = ?, reading_until = NULL "
             "WHERE id = ? AND turn_id IS NULL AND answered_at IS NULL"
         )
-        async with self._write() as db:
+
+        async def body(db: Db) -> bool:
             revised = (await db.execute(sql, (text, encoded, inbox_id))).rowcount == 1
             if revised and then is not None:
                 await db.hand_over(then)
-        return revised
+            return revised
+
+        return await self._transact(body)
 
     async def open_inbox(self) -> dict[str, list[InboxItem]]:
         """Every row not answered yet, by session, oldest first: what a restart must resume."""
         sql = f"SELECT {_COLUMNS} FROM inbox WHERE answered_at IS NULL AND {VISIBLE} ORDER BY id"
-        async with self._read() as db:
-            rows = await db.fetch(sql, ts(utcnow()))
+        rows = await self._query(fetching(sql, ts(utcnow())))
         found: dict[str, list[InboxItem]] = {}
         for row in rows:
             item = _item(row)
@@ -212,39 +203,32 @@ class InboxQueries:
     async def session_inbox(self, session_key: str) -> list[InboxItem]:
         """The session's rows not answered yet, oldest first: what its next turn owes an answer."""
         sql = f"SELECT {_COLUMNS} FROM inbox WHERE session_key = ? AND answered_at IS NULL AND {VISIBLE} ORDER BY id"
-        async with self._read() as db:
-            rows = await db.fetch(sql, session_key, ts(utcnow()))
+        rows = await self._query(fetching(sql, session_key, ts(utcnow())))
         return [_item(row) for row in rows]
 
     async def count_resume(self, session_key: str) -> None:
         """A start is resuming the session's open rows: count it before the turn runs."""
-        async with self._write() as db:
-            await db.execute(
-                f"UPDATE inbox SET resumes = resumes + 1 WHERE session_key = ? AND answered_at IS NULL AND {VISIBLE}",
-                (session_key, ts(utcnow())),
-            )
+        sql = f"UPDATE inbox SET resumes = resumes + 1 WHERE session_key = ? AND answered_at IS NULL AND {VISIBLE}"
+        await self._transact(executing(sql, session_key, ts(utcnow())))
 
     async def give_up_inbox(self, session_key: str) -> int:
         """Settle every open row of the session that turns can see, pending ones too (the thread was told);
         returns how many. A message whose files are still being read is not given up with the ones before it."""
         now = ts(utcnow())
-        async with self._write() as db:
-            cursor = await db.execute(
-                f"UPDATE inbox SET answered_at = ? WHERE session_key = ? AND answered_at IS NULL AND {VISIBLE}",
-                (now, session_key, now),
-            )
-            return cursor.rowcount
+        sql = f"UPDATE inbox SET answered_at = ? WHERE session_key = ? AND answered_at IS NULL AND {VISIBLE}"
+        return (await self._transact(executing(sql, now, session_key, now))).rowcount
 
     async def prune_inbox(self, older_than: datetime) -> int:
         """Forget rows answered before `older_than` (the conversation keeps their text); returns how many."""
-        async with self._write() as db:
-            cursor = await db.execute("DELETE FROM inbox WHERE answered_at < ?", (ts(older_than),))
-            return cursor.rowcount
+        return (await self._transact(executing("DELETE FROM inbox WHERE answered_at < ?", ts(older_than)))).rowcount
 
     async def answer_inbox(self, session_key: str) -> int:
         """The session's stored rows are answered (their answer is in the history already); returns how many."""
-        async with self._write() as db:
+
+        async def body(db: Db) -> int:
             return await mark_answered(db, session_key)
+
+        return await self._transact(body)
 
 
 class _Seen(Exception):

@@ -9,13 +9,13 @@ they asked in lately with what each is doing. Mixed into `Store` like the other 
 from __future__ import annotations
 
 import json
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from bot.store.db import Db
+from bot.store.base import Queries
+from bot.store.db import fetching
 from bot.store.reminders import _COLUMNS as _REMINDER_COLUMNS
 from bot.store.reminders import Reminder, _reminder
 from bot.store.schema import CALL_COLUMNS, call_from_row, ts
@@ -43,43 +43,36 @@ class ThreadSummary:
     state: ThreadState
 
 
-class OpenWorkQueries:
-    if TYPE_CHECKING:
-
-        def _read(self) -> AbstractAsyncContextManager[Db]: ...
-
+class OpenWorkQueries(Queries):
     async def open_calls_of(self, person: str) -> list[ToolCall]:
         """The calls `person` asked for that are still pending or running (approvals waiting too), oldest first."""
         columns = ", ".join(CALL_COLUMNS)
-        async with self._read() as db:
-            sql = f"SELECT {columns} FROM tool_calls WHERE requester = ? AND status IN {_OPEN}"
-            rows = await db.fetch(f"{sql} ORDER BY created_at, {db.dialect.row_order}", person)
+        sql = f"SELECT {columns} FROM tool_calls WHERE requester = ? AND status IN {_OPEN}"
+        rows = await self._query(fetching(f"{sql} ORDER BY created_at, {self.dialect.row_order}", person))
         return [call_from_row(row) for row in rows]
 
     async def pending_reminders_of(self, person: str) -> list[Reminder]:
         """The waits and reminders `person` set that are still pending, soonest first."""
         sql = f"SELECT {_REMINDER_COLUMNS} FROM reminders WHERE requester = ? AND status = 'pending'"
         sql += " ORDER BY due_at, id"
-        async with self._read() as db:
-            rows = await db.fetch(sql, person)
+        rows = await self._query(fetching(sql, person))
         return [_reminder(row) for row in rows]
 
     async def recent_threads_of(self, person: str, *, limit: int) -> list[ThreadSummary]:
         """The `limit` threads `person` started or spoke in last, the most recently active first."""
-        async with self._read() as db:
-            requester = db.dialect.json_field.format(doc="s.address", name="requester")
-            speaker = db.dialect.json_field.format(doc="s.address", name="speaker")
-            sql = (
-                "SELECT s.key, s.address, COALESCE((SELECT MAX(m.created_at) FROM messages m"
-                " WHERE m.session_key = s.key), s.created_at) AS active,"
-                f" (SELECT COUNT(*) FROM tool_calls c WHERE c.session_key = s.key AND c.status IN {_OPEN}) AS calls,"
-                " (SELECT COUNT(*) FROM inbox i WHERE i.session_key = s.key AND i.answered_at IS NULL) AS unanswered,"
-                " (SELECT COUNT(*) FROM reminders r WHERE r.session_key = s.key AND r.kind = 'wake'"
-                " AND r.status = 'pending') AS waits"
-                f" FROM sessions s WHERE {requester} = ? OR {speaker} = ?"
-                " ORDER BY active DESC LIMIT ?"
-            )
-            rows = await db.fetch(sql, person, person, limit)
+        requester = self.dialect.json_field.format(doc="s.address", name="requester")
+        speaker = self.dialect.json_field.format(doc="s.address", name="speaker")
+        sql = (
+            "SELECT s.key, s.address, COALESCE((SELECT MAX(m.created_at) FROM messages m"
+            " WHERE m.session_key = s.key), s.created_at) AS active,"
+            f" (SELECT COUNT(*) FROM tool_calls c WHERE c.session_key = s.key AND c.status IN {_OPEN}) AS calls,"
+            " (SELECT COUNT(*) FROM inbox i WHERE i.session_key = s.key AND i.answered_at IS NULL) AS unanswered,"
+            " (SELECT COUNT(*) FROM reminders r WHERE r.session_key = s.key AND r.kind = 'wake'"
+            " AND r.status = 'pending') AS waits"
+            f" FROM sessions s WHERE {requester} = ? OR {speaker} = ?"
+            " ORDER BY active DESC LIMIT ?"
+        )
+        rows = await self._query(fetching(sql, person, person, limit))
         return [
             ThreadSummary(
                 session_key=str(row[0]),
@@ -92,9 +85,8 @@ class OpenWorkQueries:
 
     async def model_calls_since(self, since: datetime, *, requester: str) -> int:
         """How many model calls were booked to `requester` since `since`."""
-        async with self._read() as db:
-            sql = "SELECT COUNT(*) FROM model_usage WHERE at >= ? AND requester = ?"
-            rows = await db.fetch(sql, ts(since), requester)
+        sql = "SELECT COUNT(*) FROM model_usage WHERE at >= ? AND requester = ?"
+        rows = await self._query(fetching(sql, ts(since), requester))
         return int(rows[0][0])
 
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bot.clock import utcnow
-from bot.store.db import Body, Db, Row, T
+from bot.store.base import Queries
+from bot.store.db import Db, Row, fetching
 from bot.store.schema import dumps, ts
 from bot.types import LineKind, OwedLine, OwedPost
 
@@ -81,18 +81,8 @@ def owed_message(row: Row) -> OwedMessage:
     )
 
 
-class OutboxQueries:
+class OutboxQueries(Queries):
     """Rows carry the replica that owes them; another takes them over when it is gone (`adopt_owed`)."""
-
-    replica: str | None
-
-    if TYPE_CHECKING:
-
-        def _read(self) -> AbstractAsyncContextManager[Db]: ...
-
-        def _write(self) -> AbstractAsyncContextManager[Db]: ...
-
-        async def _transact(self, body: Body[T]) -> T: ...
 
     async def owe_post(
         self,
@@ -150,8 +140,7 @@ class OutboxQueries:
 
     async def owed_messages(self) -> list[OwedMessage]:
         """Everything this process owes, oldest first (so a session's posts keep their order)."""
-        async with self._read() as db:
-            rows = await db.fetch(f"SELECT * FROM outbox WHERE {OWN} ORDER BY id", self.replica, self.replica)
+        rows = await self._query(fetching(f"SELECT * FROM outbox WHERE {OWN} ORDER BY id", self.replica, self.replica))
         return [owed_message(row) for row in rows]
 
 

@@ -5,7 +5,7 @@ the shared queries safe with N writers:
 - dedup (`claim_event`, `claim_message`) is `INSERT … ON CONFLICT DO NOTHING`: of two replicas
   claiming one key, the second waits for the first's commit and then inserts nothing;
 - a write that reads a session's rows before changing them locks the session's row first
-  (`Store._require_session`), so appends and rewrites of one session never interleave;
+  (`Queries._require_session`), so appends and rewrites of one session never interleave;
 - reminder claims are compare-and-set `UPDATE … WHERE status = 'pending' AND due_at = ?`: the
   loser re-reads the row after the winner commits and no longer matches;
 - fencing: a store opened with a `replica` id first checks, in every write transaction, that the
@@ -29,7 +29,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from bot.errors import FencedError, StoreError
 from bot.store.cluster import ClusterQueries
-from bot.store.db import Db, PgDb
+from bot.store.db import POSTGRES, Body, PgDb, T
 from bot.store.pg_schema import has_jobs_schema, migrate
 from bot.store.store import Store
 
@@ -67,6 +67,8 @@ async def connect(dsn: str) -> psycopg.AsyncConnection[Any]:
 
 class PostgresStore(ClusterQueries, Store):
     """The store on a PostgreSQL database shared by replicas; `replica` (if any) fences its writes."""
+
+    dialect = POSTGRES
 
     def __init__(self, pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]], *, replica: str | None) -> None:
         self._pool = pool
@@ -113,15 +115,15 @@ class PostgresStore(ClusterQueries, Store):
         """Nothing to do here: PostgreSQL's autovacuum reclaims deleted rows' space on its own schedule
         (VACUUM cannot run inside the store's transactions); the README says so."""
 
-    @asynccontextmanager
-    async def _read(self) -> AsyncIterator[Db]:
-        async with self._pool.connection() as conn:
-            yield PgDb(conn)
-
-    @asynccontextmanager
-    async def _write(self) -> AsyncIterator[Db]:
+    async def _transact(self, body: Body[T]) -> T:
+        """`body` in one fenced transaction (`transaction`), spoken to in the store's `?` SQL."""
         async with self.transaction() as conn:
-            yield PgDb(conn)
+            return await body(PgDb(conn))
+
+    async def _query(self, body: Body[T]) -> T:
+        """`body` on a pooled connection in autocommit: each statement sees what is committed when it runs."""
+        async with self._pool.connection() as conn:
+            return await body(PgDb(conn))
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:

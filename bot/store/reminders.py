@@ -18,14 +18,13 @@ Mixed into `Store` so this SQL stays in the store package but out of `store.py`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
 from bot.clock import utcnow
-from bot.store.db import Db, Row
+from bot.store.base import Queries
+from bot.store.db import Body, Db, Row, fetching
 from bot.store.inbox import insert_inbox
 from bot.store.outbox import owe_lines
 from bot.store.schema import ts, ts_or_none
@@ -133,6 +132,18 @@ async def _owe(db: Db, reminder: Reminder, owed: str | None, notices: Sequence[s
     return replace(reminder, inbox_id=inbox_id, owed_lines=tuple(zip(ids, lines, strict=True)))
 
 
+def _claiming(
+    sql: str, params: Sequence[object], owed: str | None, notices: Sequence[str], replica: str | None
+) -> Body[Reminder | None]:
+    """A claim's body: the compare-and-set `sql` (RETURNING the row), then, if it won, what the claim owes."""
+
+    async def body(db: Db) -> Reminder | None:
+        rows = await db.fetch(sql, *params)
+        return await _owe(db, _reminder(rows[0]), owed, notices, replica) if rows else None
+
+    return body
+
+
 async def _no_wake_left(db: Db, reminder_id: int, limit: WakeLimit) -> bool:
     """Whether the session of wait `reminder_id` has used its wakes since `limit.since` (under a lock on it)."""
     rows = await db.fetch("SELECT session_key FROM reminders WHERE id = ? AND kind = 'wake'", reminder_id)
@@ -168,19 +179,8 @@ async def _check_room(db: Db, items: Sequence[NewReminder], max_pending: int) ->
             raise PendingLimitReached(pending)
 
 
-class ReminderQueries:
+class ReminderQueries(Queries):
     """The reminder half of `Store`'s interface."""
-
-    replica: str | None
-
-    if TYPE_CHECKING:
-
-        def _read(self) -> AbstractAsyncContextManager[Db]: ...
-
-        def _write(self) -> AbstractAsyncContextManager[Db]: ...
-
-        @staticmethod
-        async def _require_session(db: Db, key: str, *, enforced: bool = False) -> None: ...
 
     async def add_reminders(self, items: Sequence[NewReminder], *, max_pending: int | None = None) -> list[Reminder]:
         """Insert in one transaction, all or nothing; each session must exist (KeyError otherwise).
@@ -194,17 +194,20 @@ class ReminderQueries:
             "INSERT INTO reminders (session_key, kind, text, requester, due_at, cron, zone, created_at) "
             f"VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING {_COLUMNS}"
         )
-        added: list[Reminder] = []
-        async with self._write() as db:
+
+        async def body(db: Db) -> list[Reminder]:
             for key in {item.session_key for item in items}:
                 await self._require_session(db, key)
             if max_pending is not None:
                 await _check_room(db, items, max_pending)
+            added = []
             for item in items:
                 params = (item.session_key, item.kind.value, item.text, item.requester, ts(item.due_at))
                 rows = await db.fetch(sql, *params, item.cron, item.zone, created_at)
                 added.append(_reminder(rows[0]))
-        return added
+            return added
+
+        return await self._transact(body)
 
     async def add_reminder(self, item: NewReminder, *, max_pending: int | None = None) -> Reminder:
         return (await self.add_reminders([item], max_pending=max_pending))[0]
@@ -215,8 +218,7 @@ class ReminderQueries:
             "SELECT COALESCE(requester, session_key) AS who, COUNT(*) AS n FROM reminders"
             " WHERE status = 'pending' GROUP BY who ORDER BY n DESC, who"
         )
-        async with self._read() as db:
-            rows = await db.fetch(sql)
+        rows = await self._query(fetching(sql))
         return [(str(row[0]), int(row[1])) for row in rows]
 
     async def wakes_by_session(self, *, since: datetime) -> list[tuple[str, int]]:
@@ -225,27 +227,23 @@ class ReminderQueries:
             "SELECT session_key, COUNT(*) AS n FROM reminders WHERE kind = 'wake' AND fired_at >= ?"
             " GROUP BY session_key ORDER BY n DESC, session_key"
         )
-        async with self._read() as db:
-            rows = await db.fetch(sql, ts(since))
+        rows = await self._query(fetching(sql, ts(since)))
         return [(str(row[0]), int(row[1])) for row in rows]
 
     async def count_wakes(self, session_key: str, *, since: datetime) -> int:
         """Waits of a session that fired (woke it) since `since`: the agent's own turns, for their daily quota."""
-        async with self._read() as db:
-            rows = await db.fetch(_WAKES_SQL, session_key, ts(since))
+        rows = await self._query(fetching(_WAKES_SQL, session_key, ts(since)))
         return int(rows[0][0])
 
     async def get_reminder(self, reminder_id: int) -> Reminder | None:
-        async with self._read() as db:
-            rows = await db.fetch(f"SELECT {_COLUMNS} FROM reminders WHERE id = ?", reminder_id)
+        rows = await self._query(fetching(f"SELECT {_COLUMNS} FROM reminders WHERE id = ?", reminder_id))
         return _reminder(rows[0]) if rows else None
 
     async def pending_reminders(self, session_key: str | None = None) -> list[Reminder]:
         """Pending rows, soonest first; all of them (start-up) or one session's."""
         where, params = ("AND session_key = ?", (session_key,)) if session_key is not None else ("", ())
         sql = f"SELECT {_COLUMNS} FROM reminders WHERE status = 'pending' {where} ORDER BY due_at, id"
-        async with self._read() as db:
-            rows = await db.fetch(sql, *params)
+        rows = await self._query(fetching(sql, *params))
         return [_reminder(row) for row in rows]
 
     async def claim_reminder(
@@ -273,17 +271,21 @@ class ReminderQueries:
             "UPDATE reminders SET status = ?, fired_at = ? "
             f"WHERE id = ? AND status = 'pending' AND due_at = ? AND cron IS NULL RETURNING {_COLUMNS}"
         )
-        async with self._write() as db:
+
+        async def body(db: Db) -> Reminder | None:
+            ending, owing, lines = outcome, owed, notices
             if (
                 wake_limit is not None
-                and outcome is ReminderStatus.FIRED
+                and ending is ReminderStatus.FIRED
                 and await _no_wake_left(db, reminder_id, wake_limit)
             ):
-                outcome, owed = ReminderStatus.MISSED, None
-                notices = [wake_limit.refusal] if wake_limit.refusal is not None else []
-            fired_at = ts_or_none(at or utcnow()) if outcome is ReminderStatus.FIRED else None
-            rows = await db.fetch(sql, outcome.value, fired_at, reminder_id, ts(due_at))
-            return await _owe(db, _reminder(rows[0]), owed, notices, self.replica) if rows else None
+                ending, owing = ReminderStatus.MISSED, None
+                lines = [wake_limit.refusal] if wake_limit.refusal is not None else []
+            fired_at = ts_or_none(at or utcnow()) if ending is ReminderStatus.FIRED else None
+            params = (ending.value, fired_at, reminder_id, ts(due_at))
+            return await _claiming(sql, params, owing, lines, self.replica)(db)
+
+        return await self._transact(body)
 
     async def advance_reminder(
         self,
@@ -304,9 +306,8 @@ class ReminderQueries:
             "UPDATE reminders SET due_at = ?, fired_at = COALESCE(?, fired_at) "
             f"WHERE id = ? AND status = 'pending' AND due_at = ? AND cron IS NOT NULL RETURNING {_COLUMNS}"
         )
-        async with self._write() as db:
-            rows = await db.fetch(sql, ts(next_due_at), ts_or_none(fired_at), reminder_id, ts(due_at))
-            return await _owe(db, _reminder(rows[0]), owed, notices, self.replica) if rows else None
+        params = (ts(next_due_at), ts_or_none(fired_at), reminder_id, ts(due_at))
+        return await self._transact(_claiming(sql, params, owed, notices, self.replica))
 
     async def end_cron_reminder(
         self,
@@ -330,9 +331,8 @@ class ReminderQueries:
             "UPDATE reminders SET status = ?, fired_at = COALESCE(?, fired_at) "
             f"WHERE id = ? AND status = 'pending' AND due_at = ? AND cron IS NOT NULL RETURNING {_COLUMNS}"
         )
-        async with self._write() as db:
-            rows = await db.fetch(sql, outcome.value, fired_at, reminder_id, ts(due_at))
-            return await _owe(db, _reminder(rows[0]), owed, notices, self.replica) if rows else None
+        params = (outcome.value, fired_at, reminder_id, ts(due_at))
+        return await self._transact(_claiming(sql, params, owed, notices, self.replica))
 
     async def cancel_reminder(self, reminder_id: int, *, session_key: str) -> Reminder | None:
         """Cancel a pending reminder of this session; None if there is none (another session's counts as none)."""
@@ -340,6 +340,5 @@ class ReminderQueries:
             "UPDATE reminders SET status = 'cancelled' "
             f"WHERE id = ? AND session_key = ? AND status = 'pending' RETURNING {_COLUMNS}"
         )
-        async with self._write() as db:
-            rows = await db.fetch(sql, reminder_id, session_key)
+        rows = await self._transact(fetching(sql, reminder_id, session_key))
         return _reminder(rows[0]) if rows else None

@@ -1,29 +1,27 @@
 """The SQLite store: one database file in WAL mode, the default back end.
 
-The file is reached through ONE aiosqlite connection. aiosqlite runs every statement
-on a single worker thread, and an `asyncio.Lock` around each method keeps one method's
-statements (and its transaction) from interleaving with another's, so hundreds of
-concurrent sessions can write without losing rows. The connection is in autocommit
-mode; every write method opens its own `BEGIN IMMEDIATE … COMMIT`.
-
-A write through `_transact` is one hop to that thread, not one per statement: its whole body,
-BEGIN to COMMIT, runs there as one function on the sqlite3 connection (a hop costs more CPU,
-on both threads, than the statement it carries).
+The file is reached through ONE aiosqlite connection, in autocommit mode. aiosqlite runs the functions
+it is handed one after the other on a single worker thread, and every store method is one such function:
+a write (`_transact`) runs its whole body there, BEGIN IMMEDIATE to COMMIT (or ROLLBACK), and a read
+(`_query`) its statements, as one hop. So no method's statements can interleave with another's, a read
+never sees another method's uncommitted rows, and the store needs no lock of its own: the worker's queue
+is the order. The checkpoint of `_scrub` and the close are single functions on that queue too, run after
+everything queued before them. A hop costs more CPU, on both threads, than the statement it carries,
+so a method is one hop however many statements it runs.
 """
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager, suppress
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from pathlib import Path
 from typing import cast
 
 import aiosqlite
 
 from bot.errors import StoreError
-from bot.store.db import Body, Db, SqliteDb, SqliteThreadDb, T, run_to_end
+from bot.store.db import SQLITE, Body, SqliteDb, T, fetching, run_to_end
 from bot.store.modes import private_dir, private_file, tighten
 from bot.store.schema import migrate
 from bot.store.store import Store
@@ -34,10 +32,10 @@ BUSY_TIMEOUT_MS = 5_000
 class SqliteStore(Store):
     """The store on one SQLite file: one writer at a time, so it has no replica and needs no fencing."""
 
+    dialect = SQLITE
+
     def __init__(self, db: aiosqlite.Connection, path: Path) -> None:
         self._conn = db
-        self._db = SqliteDb(db)
-        self._lock = asyncio.Lock()
         self.path = path
 
     @classmethod
@@ -67,55 +65,34 @@ class SqliteStore(Store):
 
     async def _scrub(self) -> None:
         """Copy the WAL back into the file and empty it: until then a deleted text's old pages sit in `-wal`."""
-        async with self._lock:
-            await self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        await self._query(fetching("PRAGMA wal_checkpoint(TRUNCATE)"))  # its row read: the statement is done
 
     async def close(self) -> None:
-        async with self._lock:
-            await self._conn.close()
-
-    @asynccontextmanager
-    async def _read(self) -> AsyncIterator[Db]:
-        """Reads take the lock too, so they never see another method's uncommitted rows."""
-        async with self._lock:
-            yield self._db
-
-    @asynccontextmanager
-    async def _write(self) -> AsyncIterator[Db]:
-        """Statements queued on the single worker run in order.
-
-        A caller cancelled mid-write gets CancelledError and the write is rolled back, unless
-        the COMMIT was already on its way, in which case it stands; it is never half-applied.
-        """
-        async with self._lock:
-            try:
-                # Inside the try: a cancelled await still runs its statement on the worker,
-                # so even a BEGIN we stopped waiting for must be rolled back before the lock goes.
-                await self._conn.execute("BEGIN IMMEDIATE")
-                yield self._db
-                await self._conn.execute("COMMIT")
-            except BaseException:
-                with suppress(sqlite3.Error):
-                    await self._conn.execute("ROLLBACK")
-                raise
+        await self._conn.close()
 
     async def _transact(self, body: Body[T]) -> T:
         """`body` in one transaction, run whole on the worker thread: one hop, however many statements.
 
         A caller cancelled while it waits gets CancelledError, and the transaction still runs whole,
         committed or rolled back, before anything queued after it; it is never half-applied."""
+        return await self._on_thread(self._run, body)
+
+    async def _query(self, body: Body[T]) -> T:
+        """`body`'s reads, run whole on the worker thread: one hop; no write runs between its statements."""
+        return await self._on_thread(self._read, body)
+
+    async def _on_thread(self, run: Callable[[Body[T]], T], body: Body[T]) -> T:
         # aiosqlite queues functions for its thread through `_execute` (how its own methods reach it);
         # it has no public way to run one.
-        on_thread = cast(Callable[..., Awaitable[T]], self._conn._execute)
-        async with self._lock:
-            return await on_thread(self._run, body)
+        execute = cast(Callable[..., Awaitable[T]], self._conn._execute)
+        return await execute(run, body)
 
     def _run(self, body: Body[T]) -> T:
         """On the worker thread: BEGIN IMMEDIATE, the body's statements, COMMIT; ROLLBACK if anything raises."""
         conn = self._conn._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
-            result = run_to_end(body(SqliteThreadDb(conn)))
+            result = run_to_end(body(SqliteDb(conn)))
             conn.execute("COMMIT")
         except BaseException as exc:
             with suppress(sqlite3.Error):
@@ -124,3 +101,7 @@ class SqliteStore(Store):
                 raise KeyError(f"the write names a session or call that is not stored ({exc})") from exc
             raise
         return result
+
+    def _read(self, body: Body[T]) -> T:
+        """On the worker thread: the body's statements, each in SQLite's own implicit transaction."""
+        return run_to_end(body(SqliteDb(self._conn._conn)))

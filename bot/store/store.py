@@ -8,22 +8,21 @@ package; `open_store` (bot/store/opening.py) picks the back end from the setting
 
 Every write method runs in one transaction, so it is all-or-nothing and durable when it returns.
 A write that reads a session's rows before changing them first locks the session's row
-(`_require_session`), so two replicas writing one session never interleave.
+(`Queries._require_session`), so two replicas writing one session never interleave.
 """
 
 from __future__ import annotations
 
 import json
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from bot.clock import utcnow
 from bot.store.calls import CallQueries
-from bot.store.db import Body, Db, Row, T
+from bot.store.db import Db, Row, executing, fetching
 from bot.store.feedback import FeedbackQueries
 from bot.store.forgetting import ForgetQueries
 from bot.store.inbox import InboxQueries, mark_answered, mark_stored
@@ -78,7 +77,6 @@ class Store(
     FeedbackQueries,
     ForgetQueries,
     OpenWorkQueries,
-    ABC,
 ):
     """Sessions, their messages and seen events; tool calls and their processes, reminders,
     the inbox, the Slack outbox, token usage and the answers' ratings come from mixins.
@@ -86,34 +84,8 @@ class Store(
     `replica` names the process writing (cluster mode) and is recorded with each call it saves; None with SQLite.
     """
 
-    replica: str | None = None
-
     @abstractmethod
     async def close(self) -> None: ...
-
-    @abstractmethod
-    def _read(self) -> AbstractAsyncContextManager[Db]:
-        """A connection that sees only committed rows."""
-
-    @abstractmethod
-    def _write(self) -> AbstractAsyncContextManager[Db]:
-        """One transaction, all-or-nothing: a caller cancelled mid-write leaves it rolled back or committed."""
-
-    async def _transact(self, body: Body[T]) -> T:
-        """`body` in one write transaction, as `_write` runs one; SQLite runs it as one hop to its thread."""
-        async with self._write() as db:
-            return await body(db)
-
-    @staticmethod
-    async def _require_session(db: Db, key: str, *, enforced: bool = False) -> None:
-        """KeyError if the session is unknown; else its row stays locked until the write ends (PostgreSQL).
-
-        `enforced`: the write inserts a row whose foreign key names the session, in `_transact`. Where there is
-        no row to lock (SQLite) the schema's check is enough: the insert fails, and that is a KeyError too."""
-        if enforced and not db.dialect.lock_row:
-            return
-        if not await db.fetch(f"SELECT 1 FROM sessions WHERE key = ?{db.dialect.lock_row}", key):
-            raise KeyError(f"no session {key!r}")
 
     # --- events -------------------------------------------------------------------------
 
@@ -121,19 +93,19 @@ class Store(
         """True the first time every one of these keys is seen (each is recorded, in one transaction):
         how a redelivered Slack event, or a second event for the same message, is dropped."""
         now = ts(utcnow())
-        new = 0
-        async with self._write() as db:
+
+        async def body(db: Db) -> int:
+            new = 0
             for key in sorted(keys):  # one order for every claimer: two replicas never deadlock
                 sql = "INSERT INTO seen_events (key, seen_at) VALUES (?, ?) ON CONFLICT DO NOTHING"
-                cursor = await db.execute(sql, (key, now))
-                new += cursor.rowcount
-        return new == len(keys)
+                new += (await db.execute(sql, (key, now))).rowcount
+            return new
+
+        return await self._transact(body) == len(keys)
 
     async def prune_events(self, older_than: datetime) -> int:
         """Forget events seen before `older_than` (redeliveries stop long before); returns how many."""
-        async with self._write() as db:
-            cursor = await db.execute("DELETE FROM seen_events WHERE seen_at < ?", (ts(older_than),))
-            return cursor.rowcount
+        return (await self._transact(executing("DELETE FROM seen_events WHERE seen_at < ?", ts(older_than)))).rowcount
 
     # --- sessions -----------------------------------------------------------------------
 
@@ -151,18 +123,20 @@ class Store(
         return await self._transact(body)
 
     async def get_session(self, key: str) -> SessionRecord | None:
-        async with self._read() as db:
-            rows = await db.fetch("SELECT * FROM sessions WHERE key = ?", key)
+        rows = await self._query(fetching("SELECT * FROM sessions WHERE key = ?", key))
         return _session(rows[0]) if rows else None
 
     async def update_address(self, key: str, address: dict[str, Any]) -> None:
         """Merge `address` into the stored one (new keys win); KeyError if the session is unknown."""
-        async with self._write() as db:
+
+        async def body(db: Db) -> None:
             rows = await db.fetch(f"SELECT address FROM sessions WHERE key = ?{db.dialect.lock_row}", key)
             if not rows:
                 raise KeyError(f"no session {key!r}")
             merged = {**json.loads(rows[0]["address"]), **address}
             await db.execute("UPDATE sessions SET address = ? WHERE key = ?", (dumps(merged), key))
+
+        await self._transact(body)
 
     async def next_turn(self, key: str) -> int:
         """Count a new turn and return its number (1, 2, …); atomic, so concurrent turns never share one."""
@@ -179,7 +153,8 @@ class Store(
 
     async def add_alias(self, alias: str, key: str) -> None:
         """Give session `key` another name; idempotent. ValueError if `alias` already names another session."""
-        async with self._write() as db:
+
+        async def body(db: Db) -> None:
             await self._require_session(db, key)
             if alias != key and await db.fetch("SELECT 1 FROM sessions WHERE key = ?", alias):
                 raise ValueError(f"{alias!r} is already a session key")
@@ -192,20 +167,23 @@ class Store(
                     (alias, key),
                 )
 
+        await self._transact(body)
+
     async def resolve(self, key_or_alias: str) -> str | None:
         """The session key a key or alias names, None if it names nothing."""
-        async with self._read() as db:
+
+        async def body(db: Db) -> list[Row]:
             rows = await db.fetch("SELECT key FROM sessions WHERE key = ?", key_or_alias)
-            if not rows:
-                rows = await db.fetch("SELECT session_key FROM session_aliases WHERE alias = ?", key_or_alias)
+            return rows or await db.fetch("SELECT session_key FROM session_aliases WHERE alias = ?", key_or_alias)
+
+        rows = await self._query(body)
         return str(rows[0][0]) if rows else None
 
     # --- conversation -------------------------------------------------------------------
 
     async def load_messages(self, key: str) -> list[dict[str, Any]]:
         """The session's messages in the order they were appended."""
-        async with self._read() as db:
-            rows = await db.fetch("SELECT body FROM messages WHERE session_key = ? ORDER BY seq", key)
+        rows = await self._query(fetching("SELECT body FROM messages WHERE session_key = ? ORDER BY seq", key))
         return [json.loads(row[0]) for row in rows]
 
     async def replace_messages(self, key: str, messages: Sequence[dict[str, Any]]) -> None:
@@ -216,10 +194,11 @@ class Store(
         """
         now = ts(utcnow())
         bodies = [(str(message["role"]), dumps(message)) for message in messages]
-        async with self._write() as db:
+        kept = {text for _, text in bodies}
+
+        async def body(db: Db) -> None:
             await self._require_session(db, key)
             old = await db.fetch("SELECT role, body, created_at FROM messages WHERE session_key = ?", key)
-            kept = {body for _, body in bodies}
             await db.executemany(
                 "INSERT INTO messages_archive (session_key, role, body, created_at, archived_at)"
                 " VALUES (?, ?, ?, ?, ?)",
@@ -229,8 +208,10 @@ class Store(
             await db.execute("DELETE FROM messages WHERE session_key = ?", (key,))
             await db.executemany(
                 "INSERT INTO messages (session_key, seq, role, body, created_at) VALUES (?, ?, ?, ?, ?)",
-                [(key, i + 1, role, body, created.get(body, now)) for i, (role, body) in enumerate(bodies)],
+                [(key, i + 1, role, text, created.get(text, now)) for i, (role, text) in enumerate(bodies)],
             )
+
+        await self._transact(body)
 
     async def append_messages(
         self,

@@ -8,14 +8,13 @@ queries.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
 from bot.clock import utcnow
-from bot.store.db import Body, Db, T
+from bot.store.base import Queries
+from bot.store.db import Db, fetching
 from bot.store.schema import ts
 from bot.types import Usage
 
@@ -64,15 +63,7 @@ class UsageRow:
     usage: Usage
 
 
-class UsageQueries:
-    if TYPE_CHECKING:
-
-        def _read(self) -> AbstractAsyncContextManager[Db]: ...
-
-        def _write(self) -> AbstractAsyncContextManager[Db]: ...
-
-        async def _transact(self, body: Body[T]) -> T: ...
-
+class UsageQueries(Queries):
     async def record_usage(
         self, *, session_key: str, turn_id: str | None, model: str, usage: Usage, requester: str | None = None
     ) -> None:
@@ -106,16 +97,15 @@ class UsageQueries:
 
     async def usage_by(self, grouping: UsageGrouping, *, since: datetime | None = None) -> list[UsageRow]:
         """Token totals per group and model since `since` (all time when None), largest groups first."""
-        async with self._read() as db:
-            channel = db.dialect.json_field.format(doc="s.address", name="channel")
-            group = _GROUP_SQL[grouping].format(channel=channel)
-            sql = (
-                f"SELECT {group} AS grp, u.model, COUNT(*), SUM(u.input_tokens), SUM(u.output_tokens),"
-                " SUM(u.cache_read_tokens), SUM(u.cache_write_tokens)"
-                " FROM model_usage u LEFT JOIN sessions s ON s.key = u.session_key"
-                " WHERE u.at >= ? GROUP BY grp, u.model ORDER BY grp, u.model"
-            )
-            rows = await db.fetch(sql, ts(since) if since is not None else "")
+        channel = self.dialect.json_field.format(doc="s.address", name="channel")
+        group = _GROUP_SQL[grouping].format(channel=channel)
+        sql = (
+            f"SELECT {group} AS grp, u.model, COUNT(*), SUM(u.input_tokens), SUM(u.output_tokens),"
+            " SUM(u.cache_read_tokens), SUM(u.cache_write_tokens)"
+            " FROM model_usage u LEFT JOIN sessions s ON s.key = u.session_key"
+            " WHERE u.at >= ? GROUP BY grp, u.model ORDER BY grp, u.model"
+        )
+        rows = await self._query(fetching(sql, ts(since) if since is not None else ""))
         return [
             UsageRow(str(row[0]), str(row[1]), int(row[2]), Usage(int(row[3]), int(row[4]), int(row[5]), int(row[6])))
             for row in rows
@@ -123,28 +113,24 @@ class UsageQueries:
 
     async def tokens_since(self, since: datetime, *, requester: str | None = None, channel: str | None = None) -> int:
         """Tokens of every kind booked since `since` to a person, or to the sessions of a channel (a daily budget)."""
-        async with self._read() as db:
-            if channel is not None:
-                field = db.dialect.json_field.format(doc="s.address", name="channel")
-                joined = "FROM model_usage u JOIN sessions s ON s.key = u.session_key"
-                sql = f"{_TOKENS} {joined} WHERE u.at >= ? AND {field} = ?"
-                rows = await db.fetch(sql, ts(since), channel)
-            else:
-                rows = await db.fetch(
-                    f"{_TOKENS} FROM model_usage u WHERE u.at >= ? AND u.requester = ?", ts(since), requester
-                )
+        if channel is not None:
+            field = self.dialect.json_field.format(doc="s.address", name="channel")
+            joined = "FROM model_usage u JOIN sessions s ON s.key = u.session_key"
+            body = fetching(f"{_TOKENS} {joined} WHERE u.at >= ? AND {field} = ?", ts(since), channel)
+        else:
+            body = fetching(f"{_TOKENS} FROM model_usage u WHERE u.at >= ? AND u.requester = ?", ts(since), requester)
+        rows = await self._query(body)
         return int(rows[0][0] or 0)
 
     async def top_spenders(self, grouping: UsageGrouping, *, since: datetime) -> list[tuple[str, int]]:
         """Tokens of every kind per person or channel since `since`, the largest first (no group for none)."""
         if grouping not in (UsageGrouping.USER, UsageGrouping.CHANNEL):
             raise ValueError(f"budgets are per user or per channel, not per {grouping.value}")
-        async with self._read() as db:
-            channel = db.dialect.json_field.format(doc="s.address", name="channel")
-            group = "u.requester" if grouping is UsageGrouping.USER else channel
-            sql = (
-                f"{_TOKENS}, {group} AS grp FROM model_usage u LEFT JOIN sessions s ON s.key = u.session_key"
-                f" WHERE u.at >= ? AND {group} IS NOT NULL GROUP BY grp ORDER BY 1 DESC"
-            )
-            rows = await db.fetch(sql, ts(since))
+        channel = self.dialect.json_field.format(doc="s.address", name="channel")
+        group = "u.requester" if grouping is UsageGrouping.USER else channel
+        sql = (
+            f"{_TOKENS}, {group} AS grp FROM model_usage u LEFT JOIN sessions s ON s.key = u.session_key"
+            f" WHERE u.at >= ? AND {group} IS NOT NULL GROUP BY grp ORDER BY 1 DESC"
+        )
+        rows = await self._query(fetching(sql, ts(since)))
         return [(str(row[1]), int(row[0])) for row in rows]
