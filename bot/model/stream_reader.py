@@ -85,6 +85,29 @@ def _is_whole_json(text: str) -> bool:
     return True
 
 
+class _IdleWatch:
+    """Expires `bound` once no event came for `idle_s`, with one timer for the whole stream instead of a
+    timeout per event: an event only notes when it came, and the timer, when it fires, either finds the
+    stream quiet that long or waits again until it could be."""
+
+    def __init__(self, bound: asyncio.Timeout, idle_s: float) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._bound = bound
+        self._idle_s = idle_s
+        self.last = self._loop.time()
+        self._timer = self._loop.call_at(self.last + idle_s, self._check)
+
+    def _check(self) -> None:
+        now, quiet_until = self._loop.time(), self.last + self._idle_s
+        if now >= quiet_until:
+            self._bound.reschedule(now)  # expires at once: the read waiting for the next event is cancelled
+        else:
+            self._timer = self._loop.call_at(quiet_until, self._check)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
 @dataclass(slots=True)
 class StreamReader:
     """Consumes the raw events, passing text on and putting the answer together; knows whether it saw the end."""
@@ -105,17 +128,24 @@ class StreamReader:
 
     async def read(self, events: AsyncIterator[Any], idle_s: float) -> None:
         """Read to the end; `StreamStalled` when `idle_s` passes without an event."""
-        while True:
-            try:
-                async with asyncio.timeout(idle_s) as bound:
-                    event = await anext(events)
-            except StopAsyncIteration:
-                return
-            except TimeoutError:
-                if bound.expired():
-                    raise StreamStalled from None
-                raise
-            self.see(event)
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(None) as bound:
+                watch = _IdleWatch(bound, idle_s)
+                try:
+                    while True:
+                        try:
+                            event = await anext(events)
+                        except StopAsyncIteration:
+                            return
+                        watch.last = loop.time()
+                        self.see(event)
+                finally:
+                    watch.cancel()
+        except TimeoutError:
+            if bound.expired():
+                raise StreamStalled from None
+            raise
 
     def see(self, event: dict[str, Any]) -> None:
         kind = event["type"]
