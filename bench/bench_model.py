@@ -10,11 +10,13 @@ answer. The fake Messages API (tests/fakes/anthropic_api.py) runs in a child pro
 here (`time.process_time`, this process only) is the client's alone. Three clients, taking turns in rounds
 so the machine's noise falls on all of them:
 
-- `provider`: `AnthropicProvider.complete` of this tree, as the turn loop calls it;
+- `provider`: `AnthropicProvider.complete` of this tree on the client the daemon builds
+  (`bot.model.client.anthropic_client`), as the turn loop calls it;
 - `sdk stream`: the SDK's typed accumulating stream (`client.messages.stream`, its events and its message
-  snapshot, dumped to dicts), with the same cache marks: what the provider did before issue 18;
+  snapshot, dumped to dicts) on the SDK's default httpx2 transport, with the same cache marks: what the
+  provider did before issue 18;
 - `wire floor`: httpx2 posting the body as JSON and reading the SSE lines with `json.loads`, nothing else:
-  what any client pays.
+  what any client on httpx2's own transport pays.
 
 A second pass runs each client under cProfile and splits its self CPU time by package.
 """
@@ -43,6 +45,7 @@ import httpx2  # noqa: E402
 from bot.agent.prompt import system_prompt  # noqa: E402
 from bot.model.anthropic import AnthropicProvider  # noqa: E402
 from bot.model.caching import mark_messages, system_blocks  # noqa: E402
+from bot.model.client import anthropic_client  # noqa: E402
 from bot.types import JSON, Message, ModelRequest  # noqa: E402
 from tools import builtin_tools  # noqa: E402
 from tools.base import tool  # noqa: E402
@@ -140,9 +143,8 @@ Client = Callable[[ModelRequest], Awaitable[list[dict[str, JSON]]]]
 
 
 def provider_client(url: str) -> Client:
-    provider = AnthropicProvider(
-        model=MODEL, max_tokens=1024, client=anthropic.AsyncAnthropic(base_url=url, api_key="bench", max_retries=0)
-    )
+    client = anthropic_client(api_key="bench", base_url=url, max_retries=0)
+    provider = AnthropicProvider(model=MODEL, max_tokens=1024, client=client)
 
     async def ask(request: ModelRequest) -> list[dict[str, JSON]]:
         return (await provider.complete(request, on_text=lambda delta: None)).content

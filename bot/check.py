@@ -180,7 +180,8 @@ def _connection_cause(exc: BaseException, connect_s: float) -> str:
             return f"no connection within {connect_s:g}s"
         if isinstance(error, ssl.SSLCertVerificationError):
             return f"TLS: {error.verify_message or error.reason}"
-        if isinstance(error, ssl.SSLError):
+        if isinstance(error, ssl.SSLError) and hasattr(error, "reason"):
+            # (aiohttp's own TLS errors are SSLErrors without a reason: the ssl module's error is their cause)
             return f"TLS: {error.reason or error}"
         if isinstance(error, socket.gaierror):
             return f"DNS: {error.strerror or error}"

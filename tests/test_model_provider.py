@@ -4,15 +4,16 @@ written once for its fixed parts (`bot.model.request_body`)."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import anthropic
 import pytest
 from conftest import MODEL
 from fakes.anthropic_api import Failure, FakeAnthropic, Reply, text, tool_use
 
 from bot.model import request_body
 from bot.model.anthropic import AnthropicProvider
+from bot.model.client import anthropic_client
 from bot.model.request_body import RequestBody
 from bot.types import JSON, ModelRequest
 
@@ -20,9 +21,22 @@ SYSTEM = "You are a bot. " * 400  # over the fake's 1,024 tokens a cached prefix
 SCHEMA: dict[str, JSON] = {"type": "object", "properties": {"text": {"type": "string"}}}
 
 
-def _provider(fake: FakeAnthropic, *, max_retries: int = 0) -> AnthropicProvider:
-    client = anthropic.AsyncAnthropic(base_url=fake.url, api_key="test-key", max_retries=max_retries)
-    return AnthropicProvider(model=MODEL, max_tokens=512, client=client)
+Providers = Callable[..., AnthropicProvider]
+
+
+@pytest.fixture
+async def providers() -> AsyncIterator[Providers]:
+    """Makes providers on the daemon's client (`make(fake, max_retries=0)`) and closes them all afterwards."""
+    made: list[AnthropicProvider] = []
+
+    def make(fake: FakeAnthropic, *, max_retries: int = 0) -> AnthropicProvider:
+        client = anthropic_client(api_key="test-key", base_url=fake.url, max_retries=max_retries)
+        made.append(AnthropicProvider(model=MODEL, max_tokens=512, client=client))
+        return made[-1]
+
+    yield make
+    for provider in made:
+        await provider.close()
 
 
 def _tools() -> list[dict[str, JSON]]:
@@ -38,17 +52,19 @@ def _request(*messages: dict[str, Any]) -> ModelRequest:
 @pytest.mark.parametrize(
     "stop_reason", ["end_turn", "max_tokens", "pause_turn", "refusal", "model_context_window_exceeded"]
 )
-async def test_the_stop_reason_and_the_usage_are_the_apis(fake: FakeAnthropic, stop_reason: str) -> None:
+async def test_the_stop_reason_and_the_usage_are_the_apis(
+    fake: FakeAnthropic, providers: Providers, stop_reason: str
+) -> None:
     fake.script(Reply([text("Partly.")], stop_reason))  # type: ignore[arg-type]
-    reply = await _provider(fake).complete(_request())
+    reply = await providers(fake).complete(_request())
     assert reply.stop_reason == stop_reason and reply.content == [text("Partly.")]
     usage = fake.usages[-1]
     assert reply.usage.input_tokens == usage["input_tokens"] and reply.usage.output_tokens == usage["output_tokens"]
     assert reply.usage.cache_write_tokens == usage["cache_creation_input_tokens"] > 0
 
 
-async def test_cache_reads_are_counted(fake: FakeAnthropic) -> None:
-    provider = _provider(fake)
+async def test_cache_reads_are_counted(fake: FakeAnthropic, providers: Providers) -> None:
+    provider = providers(fake)
     first = await provider.complete(_request())
     second = await provider.complete(_request())
     assert first.usage.cache_write_tokens > 0 and first.usage.cache_read_tokens == 0
@@ -56,30 +72,30 @@ async def test_cache_reads_are_counted(fake: FakeAnthropic) -> None:
     assert fake.usages[-1]["cache_read_input_tokens"] == second.usage.cache_read_tokens
 
 
-async def test_text_arrives_as_it_streams_and_calls_whole(fake: FakeAnthropic) -> None:
+async def test_text_arrives_as_it_streams_and_calls_whole(fake: FakeAnthropic, providers: Providers) -> None:
     call = tool_use("wordcount", {"text": "three short words"})
     fake.script(Reply.tools(call, text="Counting."))
     deltas: list[str] = []
-    reply = await _provider(fake).complete(_request(), on_text=deltas.append)
+    reply = await providers(fake).complete(_request(), on_text=deltas.append)
     assert "".join(deltas) == "Counting." and len(deltas) > 1
     assert reply.content == [text("Counting."), call] and reply.stop_reason == "tool_use"
     assert reply.incomplete_tool_ids == frozenset() and reply.first_token_s is not None
 
 
-async def test_overloaded_answers_are_retried_by_the_sdk(fake: FakeAnthropic) -> None:
+async def test_overloaded_answers_are_retried_by_the_sdk(fake: FakeAnthropic, providers: Providers) -> None:
     fake.script(Failure(529), Failure(429, "rate_limit_error", "slow down"), Reply.text_only("Finally."))
-    reply = await _provider(fake, max_retries=2).complete(_request())
+    reply = await providers(fake, max_retries=2).complete(_request())
     assert reply.text == "Finally." and len(fake.requests) == 3
     assert [h["x-stainless-retry-count"] for h in fake.request_headers] == ["0", "1", "2"]
 
 
-async def test_the_body_is_what_the_sdk_would_send(fake: FakeAnthropic) -> None:
+async def test_the_body_is_what_the_sdk_would_send(fake: FakeAnthropic, providers: Providers) -> None:
     history = [
         {"role": "user", "content": "hi"},
         {"role": "assistant", "content": "hello"},
         {"role": "user", "content": "and?"},
     ]
-    await _provider(fake).complete(_request(*history))
+    await providers(fake).complete(_request(*history))
     sent = fake.raw_requests[-1]
     assert sent["model"] == MODEL and sent["max_tokens"] == 512 and sent["stream"] is True
     assert sent["system"] == [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
