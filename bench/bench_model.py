@@ -7,7 +7,7 @@ Each request is what a thread sends in a tool turn: the daemon's system prompt, 
 15 more of their size), and a history that grows by (assistant reply, user content) pairs to 40 messages,
 then starts again; the fake answers a user message with text and a tool call, and a tool result with an
 answer. The fake Messages API (tests/fakes/anthropic_api.py) runs in a child process, so the CPU measured
-here (`time.process_time`, this process only) is the client's alone. Three clients, taking turns in rounds
+here (`time.process_time`, this process only) is the client's alone. Four clients, taking turns in rounds
 so the machine's noise falls on all of them:
 
 - `provider`: `AnthropicProvider.complete` of this tree on the client the daemon builds
@@ -15,8 +15,8 @@ so the machine's noise falls on all of them:
 - `sdk stream`: the SDK's typed accumulating stream (`client.messages.stream`, its events and its message
   snapshot, dumped to dicts) on the SDK's default httpx2 transport, with the same cache marks: what the
   provider did before issue 18;
-- `wire floor`: httpx2 posting the body as JSON and reading the SSE lines with `json.loads`, nothing else:
-  what any client on httpx2's own transport pays.
+- `httpx2 floor`, `aiohttp floor`: httpx2 (the SDK's default transport) or aiohttp posting the body as JSON
+  and reading the SSE lines with `json.loads`, nothing else: what any client on that library pays.
 
 A second pass runs each client under cProfile and splits its self CPU time by package.
 """
@@ -39,6 +39,7 @@ from zoneinfo import ZoneInfo
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+import aiohttp  # noqa: E402
 import anthropic  # noqa: E402
 import httpx2  # noqa: E402
 
@@ -60,6 +61,7 @@ BUCKETS = (
     ("bot.model", ("/bot/model/",)),
     ("anthropic", ("/anthropic/",)),
     ("httpx2/httpcore", ("/httpx", "/httpcore", "/h11/", "/anyio/", "/sniffio/")),
+    ("aiohttp", ("/aiohttp/", "/yarl/", "/multidict/", "/propcache/")),
     ("pydantic", ("/pydantic", "pydantic_core")),
     ("json", ("/json/", "<method 'encode' of '_json", "<method 'decode' of", "_json.")),
     ("asyncio/ssl/socket", ("/asyncio/", "selectors", "epoll", "socket", "<built-in method select")),
@@ -140,19 +142,20 @@ class Thread:
 # --- the clients -------------------------------------------------------------------------------------------------
 
 Client = Callable[[ModelRequest], Awaitable[list[dict[str, JSON]]]]
+Closer = Callable[[], Awaitable[object]]
 
 
-def provider_client(url: str) -> Client:
+def provider_client(url: str) -> tuple[Client, Closer]:
     client = anthropic_client(api_key="bench", base_url=url, max_retries=0)
     provider = AnthropicProvider(model=MODEL, max_tokens=1024, client=client)
 
     async def ask(request: ModelRequest) -> list[dict[str, JSON]]:
         return (await provider.complete(request, on_text=lambda delta: None)).content
 
-    return ask
+    return ask, provider.close
 
 
-def sdk_stream_client(url: str) -> Client:
+def sdk_stream_client(url: str) -> tuple[Client, Closer]:
     client = anthropic.AsyncAnthropic(base_url=url, api_key="bench", max_retries=0)
 
     async def ask(request: ModelRequest) -> list[dict[str, JSON]]:
@@ -169,14 +172,12 @@ def sdk_stream_client(url: str) -> Client:
             message = stream.current_message_snapshot
         return [b.model_dump(mode="json", exclude_none=True, warnings=False) for b in message.content]
 
-    return ask
+    return ask, client.close
 
 
-def wire_client(url: str) -> Client:
-    http = httpx2.AsyncClient(base_url=url, headers={"x-api-key": "bench", "anthropic-version": "2023-06-01"})
-
-    async def ask(request: ModelRequest) -> list[dict[str, JSON]]:
-        body = {
+def _body(request: ModelRequest) -> bytes:
+    return json.dumps(
+        {
             "model": MODEL,
             "max_tokens": 1024,
             "stream": True,
@@ -184,35 +185,77 @@ def wire_client(url: str) -> Client:
             "messages": mark_messages(request.messages, "5m"),
             "tools": request.tools,
         }
-        blocks: list[dict[str, Any]] = []
-        raw: dict[int, str] = {}
-        content = json.dumps(body).encode()
-        headers = {"content-type": "application/json"}
-        async with http.stream("POST", "/v1/messages", content=content, headers=headers) as response:
+    ).encode()
+
+
+class _Answer:
+    """The answer's blocks from the SSE `data:` lines, read with `json.loads` and nothing else."""
+
+    def __init__(self) -> None:
+        self.blocks: list[dict[str, Any]] = []
+        self._raw: dict[int, str] = {}
+
+    def line(self, line: bytes | str) -> None:
+        text = line.decode() if isinstance(line, bytes) else line
+        if not text.startswith("data: "):
+            return
+        event = json.loads(text[6:])
+        kind = event["type"]
+        if kind == "content_block_start":
+            self.blocks.append(event["content_block"])
+        elif kind == "content_block_delta":
+            delta, index = event["delta"], event["index"]
+            if delta["type"] == "text_delta":
+                self.blocks[index]["text"] += delta["text"]
+            else:
+                self._raw[index] = self._raw.get(index, "") + delta["partial_json"]
+
+    def done(self) -> list[dict[str, JSON]]:
+        for index, text in self._raw.items():
+            self.blocks[index]["input"] = json.loads(text)
+        return self.blocks
+
+
+HEADERS = {"x-api-key": "bench", "anthropic-version": "2023-06-01", "content-type": "application/json"}
+
+
+def httpx2_client(url: str) -> tuple[Client, Closer]:
+    http = httpx2.AsyncClient(base_url=url, headers=HEADERS)
+
+    async def ask(request: ModelRequest) -> list[dict[str, JSON]]:
+        answer = _Answer()
+        async with http.stream("POST", "/v1/messages", content=_body(request)) as response:
             async for line in response.aiter_lines():
-                if not line.startswith("data: "):
-                    continue
-                event = json.loads(line[6:])
-                kind = event["type"]
-                if kind == "content_block_start":
-                    blocks.append(event["content_block"])
-                elif kind == "content_block_delta":
-                    delta = event["delta"]
-                    if delta["type"] == "text_delta":
-                        blocks[event["index"]]["text"] += delta["text"]
-                    else:
-                        raw[event["index"]] = raw.get(event["index"], "") + delta["partial_json"]
-        for index, text in raw.items():
-            blocks[index]["input"] = json.loads(text)
-        return blocks
+                answer.line(line)
+        return answer.done()
 
-    return ask
+    return ask, http.aclose
 
 
-CLIENTS: dict[str, Callable[[str], Client]] = {
+def aiohttp_client(url: str) -> tuple[Client, Closer]:
+    session: list[aiohttp.ClientSession] = []
+
+    async def ask(request: ModelRequest) -> list[dict[str, JSON]]:
+        if not session:
+            session.append(aiohttp.ClientSession(headers=HEADERS))
+        answer = _Answer()
+        async with session[0].post(f"{url}/v1/messages", data=_body(request)) as response:
+            async for line in response.content:
+                answer.line(line)
+        return answer.done()
+
+    async def close() -> None:
+        if session:
+            await session[0].close()
+
+    return ask, close
+
+
+CLIENTS: dict[str, Callable[[str], tuple[Client, Closer]]] = {
     "provider": provider_client,
     "sdk stream": sdk_stream_client,
-    "wire floor": wire_client,
+    "httpx2 floor": httpx2_client,
+    "aiohttp floor": aiohttp_client,
 }
 
 
@@ -254,18 +297,27 @@ async def measure(url: str, n: int) -> None:
     tools = tool_specs()
     body_kb = len(json.dumps({"system": system, "tools": tools})) / 1000
     print(f"  {len(tools)} tools and the system prompt: {body_kb:.1f} KB; history up to {HISTORY_MAX} messages")
-    clients = {name: make(url) for name, make in CLIENTS.items()}
+    made = {name: make(url) for name, make in CLIENTS.items()}
+    clients = {name: ask for name, (ask, _) in made.items()}
+    try:
+        await compare(clients, n, system, tools)
+    finally:
+        for _, close in made.values():
+            await close()
+
+
+async def compare(clients: dict[str, Client], n: int, system: str, tools: list[dict[str, JSON]]) -> None:
     for ask in clients.values():  # warm-up: the SDK builds its lazy parts on first use
         await run(ask, 5, system, tools)
     cpu: dict[str, list[float]] = {name: [] for name in clients}
     for _ in range(ROUNDS):
         for name, ask in clients.items():
             cpu[name].append(await run(ask, n, system, tools) * 1000 / n)
-    floor = min(cpu["wire floor"])
+    floor = min(cpu["httpx2 floor"])
     print(f"\n  CPU per request (ms; best / median of {ROUNDS} rounds of {n}), this process only:")
     for name, figures in cpu.items():
         best, median = min(figures), sorted(figures)[len(figures) // 2]
-        print(f"    {name:<12} {best:6.2f} / {median:6.2f}   over the wire floor: {best - floor:+6.2f}")
+        print(f"    {name:<13} {best:6.2f} / {median:6.2f}   over httpx2's floor: {best - floor:+6.2f}")
     print("\n  profiled (cProfile self time per request, ms; profiling inflates the totals):")
     for name, ask in clients.items():
         profiler = cProfile.Profile(time.process_time)
@@ -274,8 +326,8 @@ async def measure(url: str, n: int) -> None:
         profiler.disable()
         shares = split(profiler)
         parts = ", ".join(f"{k} {v * 1000 / n:.2f}" for k, v in shares.items() if v * 1000 / n >= 0.005)
-        print(f"    {name:<12} total {sum(shares.values()) * 1000 / n:5.2f}: {parts}")
-        if os.environ.get("BENCH_TOP") and name != "wire floor":
+        print(f"    {name:<13} total {sum(shares.values()) * 1000 / n:5.2f}: {parts}")
+        if os.environ.get("BENCH_TOP") and "floor" not in name:
             for row in top(profiler):
                 print(f"        {row}")
 
