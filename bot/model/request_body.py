@@ -12,7 +12,7 @@ cannot carry still fails with `UnicodeEncodeError` before anything is sent.
 from __future__ import annotations
 
 import json
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from bot.model.caching import CacheTTL, mark_messages, system_blocks
@@ -20,7 +20,8 @@ from bot.types import JSON, ModelRequest
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 MEMO_SIZE = 64
-"""Distinct system prompts and tool lists kept serialized: a daemon has a handful (one per kind of session)."""
+"""Distinct system prompts and tool lists kept serialized: a daemon has a handful (the prompt changes with the
+date, the tools with what the policy hides from an asker and what MCP servers offer)."""
 
 
 class _Memo:
@@ -30,7 +31,7 @@ class _Memo:
     def __init__(self) -> None:
         self._items: dict[Hashable, tuple[object, bytes]] = {}
 
-    def get(self, key: Hashable, source: object, make: Any) -> bytes:
+    def get(self, key: Hashable, source: Any, make: Callable[[Any], str]) -> bytes:
         found = self._items.get(key)
         if found is None:
             found = (source, make(source).encode())

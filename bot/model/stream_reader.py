@@ -67,7 +67,7 @@ class ToolInputs:
         return found
 
     def incomplete(self) -> frozenset[str]:
-        """Ids of tool_use blocks whose input was not streamed to the end."""
+        """Ids of tool_use blocks whose input was not streamed to the end, or does not parse."""
         return frozenset(
             call_id
             for index, call_id in self._ids.items()
