@@ -171,16 +171,19 @@ def _connection_cause(exc: BaseException, connect_s: float) -> str:
     addresses); the first one that says something specific wins."""
     seen: list[BaseException] = []
     pending: list[BaseException] = [exc]
+    timed_out = False
     while pending:
         error = pending.pop(0)
         if error in seen:
             continue
         seen.append(error)
-        if isinstance(error, anthropic.APITimeoutError):
-            return f"no connection within {connect_s:g}s"
+        # A transport may call any failure to connect a timeout (the aiohttp one of older SDKs does): a
+        # specific cause further down the chain wins.
+        timed_out = timed_out or isinstance(error, anthropic.APITimeoutError)
         if isinstance(error, ssl.SSLCertVerificationError):
             return f"TLS: {error.verify_message or error.reason}"
-        if isinstance(error, ssl.SSLError):
+        if isinstance(error, ssl.SSLError) and hasattr(error, "reason"):
+            # (aiohttp's own TLS errors are SSLErrors without a reason: the ssl module's error is their cause)
             return f"TLS: {error.reason or error}"
         if isinstance(error, socket.gaierror):
             return f"DNS: {error.strerror or error}"
@@ -189,6 +192,8 @@ def _connection_cause(exc: BaseException, connect_s: float) -> str:
         if isinstance(error, BaseExceptionGroup):
             pending.extend(error.exceptions)
         pending.extend(cause for cause in (error.__cause__, error.__context__) if cause is not None)
+    if timed_out:
+        return f"no connection within {connect_s:g}s"
     specific = next((error.strerror for error in seen if isinstance(error, OSError) and error.strerror), None)
     return specific or str(seen[-1]) or type(seen[-1]).__name__
 

@@ -81,7 +81,7 @@ class ModelReply:
     """One finished model response: its content blocks as API dicts, why it stopped, and what it cost.
 
     `incomplete_tool_ids` names tool_use blocks whose input was cut off (the output limit,
-    a broken stream): their `input` is only the part that arrived, so they must not run.
+    a broken stream) or does not parse: their `input` is left empty, and they must not run.
     """
 
     content: list[dict[str, JSON]]

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import anthropic
 import pytest
 from fakes.anthropic_api import FakeAnthropic
 from fakes.slack_api import FakeSlack
@@ -24,6 +23,7 @@ from store_backends import any_store, pg_dsn, pg_jobs_dsn, store_backend, store_
 from bot.app import Core, open_ground, run_core
 from bot.config import Settings, load_settings
 from bot.model.anthropic import AnthropicProvider
+from bot.model.client import anthropic_client
 from bot.slack.client import SlackClient
 from bot.store import Store
 from bot.toolcall import CallStatus, ToolCall
@@ -310,7 +310,7 @@ class CoreFactory:
         `open_kwargs` go to `run_core` as they are (e.g. a scheduler `clock`).
         """
         settings = settings or self._make_settings(**overrides)
-        client = anthropic.AsyncAnthropic(base_url=self._fake.url, api_key="test", max_retries=max_retries)
+        client = anthropic_client(api_key="test", base_url=self._fake.url, max_retries=max_retries)
         provider = AnthropicProvider(
             model=MODEL,
             max_tokens=1024,

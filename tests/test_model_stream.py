@@ -6,17 +6,21 @@ answers its next message: a stuck or cut-off answer costs that turn, never the t
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import CoreFactory, RecordingOutput
 from fakes.anthropic_api import FakeAnthropic, Reply, text, tool_results, tool_use
 from test_console import bot_env, run_bot
 
 from bot.agent.turn import INCOMPLETE_CALL
 from bot.app import Core
+from bot.model.stream_reader import StreamReader, StreamStalled
 from bot.toolcall import CallStatus
 from tools.base import Tool, ToolContext
 
@@ -157,3 +161,34 @@ async def test_oneshot_reports_a_hung_stream_and_the_session_goes_on(fake: FakeA
     code, out, err = await run_bot("oneshot", "--session", "hang", "hello again", env=env, cwd=tmp_path)
     assert code == 0, err
     assert json.loads(out)["text"] == "Answered."
+
+
+# --- the idle bound is per event ----------------------------------------------------------------------
+
+
+async def _trickle(gap_s: float, count: int, then_silent: bool) -> AsyncIterator[dict[str, Any]]:
+    yield {"type": "message_start", "message": {"usage": {"input_tokens": 1, "output_tokens": 1}}}
+    yield {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+    for k in range(count):
+        await asyncio.sleep(gap_s)
+        yield {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": f"{k} "}}
+    if then_silent:
+        await asyncio.Event().wait()
+    yield {"type": "message_stop"}
+
+
+async def test_a_stream_that_keeps_coming_is_never_idle_however_long_it_takes() -> None:
+    reader = StreamReader(on_text=None)
+    started = time.monotonic()
+    await reader.read(_trickle(IDLE_S / 4, 12, then_silent=False), IDLE_S)  # 3 idle bounds in all
+    assert time.monotonic() - started >= 3 * IDLE_S
+    assert reader.finished and reader.content() == [text("0 1 2 3 4 5 6 7 8 9 10 11 ")]
+
+
+async def test_the_idle_bound_counts_from_the_last_event() -> None:
+    reader = StreamReader(on_text=None)
+    started = time.monotonic()
+    with pytest.raises(StreamStalled):
+        await reader.read(_trickle(IDLE_S / 4, 8, then_silent=True), IDLE_S)
+    assert time.monotonic() - started >= 2 * IDLE_S + IDLE_S  # 2 bounds of events, then one of silence
+    assert reader.produced and not reader.finished

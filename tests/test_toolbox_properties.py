@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from types import SimpleNamespace
 from typing import Any
 
 from hypothesis import given, settings
@@ -77,16 +76,14 @@ def test_an_unknown_tool_is_named_with_the_tools_there_are(name: str) -> None:
 
 
 def _stream(raw: str, cuts: list[int], *, closed: bool) -> ToolInputs:
-    """Feed `raw` as input_json deltas split at `cuts`, the way the SDK hands the events over."""
+    """Feed `raw` as input_json deltas split at `cuts`, the way the stream hands them over."""
     inputs = ToolInputs()
-    block = SimpleNamespace(type="tool_use", id=CALL_ID)
-    inputs.see(SimpleNamespace(type="content_block_start", index=0, content_block=block))
+    inputs.start(0, {"type": "tool_use", "id": CALL_ID, "name": "sleep_for", "input": {}})
     bounds = [0, *sorted(set(cuts)), len(raw)]
     for start, end in itertools.pairwise(bounds):
-        delta = SimpleNamespace(type="input_json_delta", partial_json=raw[start:end])
-        inputs.see(SimpleNamespace(type="content_block_delta", index=0, delta=delta))
+        inputs.add(0, raw[start:end])
     if closed:
-        inputs.see(SimpleNamespace(type="content_block_stop", index=0))
+        inputs.close(0)
     return inputs
 
 
@@ -107,6 +104,16 @@ def test_every_cut_of_the_json_is_incomplete(args: dict[str, Any], data: st.Data
 def test_whole_json_in_any_chunks_is_complete(args: dict[str, Any], cuts: list[int]) -> None:
     raw = json.dumps(args)
     assert _stream(raw, [c for c in cuts if c <= len(raw)], closed=True).incomplete() == frozenset()
+
+
+@given(args=tool_inputs, data=st.data())
+def test_a_call_goes_back_with_its_whole_input_or_an_empty_one(args: dict[str, Any], data: st.DataObject) -> None:
+    raw = json.dumps(args)
+    assert _stream(raw, [], closed=True).inputs() == {0: args}
+    keep = data.draw(st.integers(min_value=1, max_value=len(raw) - 1), label="keep")
+    # A cut never goes back as the part that arrived: the history shows a refused call with no arguments.
+    assert _stream(raw[:keep], [], closed=True).inputs() == {0: {}}
+    assert _stream(raw, [], closed=False).inputs() == {0: {}}
 
 
 @given(seconds=st.integers(min_value=10, max_value=MAX_SLEEP_S))

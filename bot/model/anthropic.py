@@ -1,5 +1,10 @@
 """`Provider` on the anthropic SDK: streaming, the SDK's own retries, bounded waits, errors made readable.
 
+A request costs only what it needs: its body is JSON bytes written by `RequestBody` (the fixed system
+prompt and tools serialized once), sent through the SDK's client so that its retries, timeouts, headers
+and error mapping all stay, and its answer is read as the SDK's raw event stream (`AsyncStream[object]`:
+the API's JSON objects, no typed event or message models) by `StreamReader`.
+
 The SDK already retries 408/409/429/5xx/529 with backoff and honours
 `retry-after`, but only until the answer starts streaming. What can go wrong
 after that is handled here: a stream that goes quiet (silent, or sending only
@@ -17,15 +22,15 @@ import asyncio
 import dataclasses
 import logging
 import time
-from typing import Any
 
 import anthropic
 import httpx2
 
 from bot.errors import ContextOverflow, ModelError
-from bot.model.caching import CacheTTL, mark_messages, system_blocks
+from bot.model.caching import CacheTTL
+from bot.model.request_body import RequestBody
 from bot.model.stream_reader import StreamReader, StreamStalled
-from bot.types import JSON, ModelReply, ModelRequest, TextSink, Usage
+from bot.types import ModelReply, ModelRequest, TextSink
 
 log = logging.getLogger(__name__)
 
@@ -50,27 +55,18 @@ class AnthropicProvider:
         self._client = client
         self._idle_timeout_s = idle_timeout_s
         self._request_timeout_s = request_timeout_s
-        self._cache_ttl = cache_ttl
+        self._body = RequestBody(model=model, cache_ttl=cache_ttl)
 
     @property
     def model(self) -> str:
         return self._model
 
     async def complete(self, request: ModelRequest, on_text: TextSink | None = None) -> ModelReply:
-        params: dict[str, Any] = {
-            "model": self._model,
-            "max_tokens": request.max_tokens or self._max_tokens,
-            "system": system_blocks(request.system, self._cache_ttl),
-            "messages": mark_messages(request.messages, self._cache_ttl),
-        }
-        if request.tools:
-            params["tools"] = request.tools
-        if request.tool_choice:
-            params["tool_choice"] = request.tool_choice
         deadline = asyncio.timeout(self._request_timeout_s)
         try:
+            body = self._body(request, request.max_tokens or self._max_tokens)
             async with deadline:
-                return await self._complete(params, on_text)
+                return await self._complete(body, on_text)
         except TimeoutError:
             if not deadline.expired():
                 raise
@@ -91,19 +87,15 @@ class AnthropicProvider:
                 "the conversation holds text that cannot be encoded as UTF-8 "
                 f"({exc.object[exc.start : exc.end]!a}); the request was not sent"
             ) from exc
-        except ValueError as exc:
-            # The SDK raises ValueError when a tool call's streamed arguments are not valid JSON.
-            log.warning("unreadable model response: %s", exc)
-            raise ModelError("the model sent a tool call whose arguments are not valid JSON; please try again") from exc
 
-    async def _complete(self, params: dict[str, Any], on_text: TextSink | None) -> ModelReply:
+    async def _complete(self, body: bytes, on_text: TextSink | None) -> ModelReply:
         """Stream the answer; a stall before anything was produced is retried like the SDK retries."""
         attempt = 0
         sent = time.monotonic()
         while True:
             reader = StreamReader(on_text)
             try:
-                reply = await self._stream(params, reader)
+                reply = await self._stream(body, reader)
                 first = reader.first_content_at
                 return reply if first is None else dataclasses.replace(reply, first_token_s=first - sent)
             except StreamStalled:
@@ -115,25 +107,22 @@ class AnthropicProvider:
                 attempt += 1
                 log.warning("model stream stalled before any content; retrying (%d)", attempt)
 
-    async def _stream(self, params: dict[str, Any], reader: StreamReader) -> ModelReply:
-        async with self._client.messages.stream(**params) as stream:
+    async def _stream(self, body: bytes, reader: StreamReader) -> ModelReply:
+        # The SDK's retries (408/409/429/5xx/529, `retry-after`) cover everything until the stream starts.
+        stream = await self._client.post(
+            "/v1/messages", cast_to=object, content=body, stream=True, stream_cls=anthropic.AsyncStream[object]
+        )
+        async with stream:
             try:
                 await reader.read(stream, self._idle_timeout_s)
-            except httpx2.TransportError as exc:
-                # Raised as it is by the SDK once the body streams; before that it is an APIConnectionError.
+            except (httpx2.TransportError, anthropic.APIConnectionError) as exc:
+                # The body stopped coming once the stream had started (the SDK raises the transport's error as it
+                # is, or wraps it in an APIConnectionError): what arrived is kept, the cut-off calls refused.
                 log.warning("model stream broke off: %r", exc)
-            if not reader.started:
-                raise ModelError("the connection to the model broke before it answered; please try again")
-            message = stream.current_message_snapshot
-        # warnings=False: a tool_use whose input is not an object is passed on as is (the turn answers it
-        # with an error result) instead of making pydantic warn about the unexpected type.
-        content: list[dict[str, JSON]] = [
-            block.model_dump(mode="json", exclude_none=True, warnings=False) for block in message.content
-        ]
-        # The API rejects empty text blocks when they are sent back in the history.
-        content = [block for block in content if block.get("type") != "text" or block.get("text")]
-        incomplete = reader.tool_inputs.incomplete()
-        stop_reason = message.stop_reason
+        if not reader.started:
+            raise ModelError("the connection to the model broke before it answered; please try again")
+        content = reader.content()
+        stop_reason = reader.stop_reason
         if not reader.finished:
             if not any(block.get("type") == "tool_use" for block in content):
                 raise ModelError("the model's answer broke off mid-stream; please try again")
@@ -141,23 +130,13 @@ class AnthropicProvider:
         return ModelReply(
             content=content,
             stop_reason=stop_reason or "end_turn",
-            incomplete_tool_ids=incomplete,
-            usage=_usage(message),
+            incomplete_tool_ids=reader.tool_inputs.incomplete(),
+            usage=reader.counted(),
             model=self._model,
         )
 
     async def close(self) -> None:
         await self._client.close()
-
-
-def _usage(message: anthropic.types.Message) -> Usage:
-    usage = message.usage
-    return Usage(
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-        cache_read_tokens=usage.cache_read_input_tokens or 0,
-        cache_write_tokens=usage.cache_creation_input_tokens or 0,
-    )
 
 
 def _describe_status(exc: anthropic.APIStatusError) -> str:

@@ -28,6 +28,31 @@ MODEL_READ_TIMEOUT_S = 180.0
 """No read, write or wait for a pooled connection may take longer; the streamed API pings well within it."""
 
 
+def anthropic_client(
+    *, api_key: str | None, base_url: str | None, max_retries: int = 2, timeout: anthropic.Timeout | None = None
+) -> anthropic.AsyncAnthropic:
+    """The SDK's client as the daemon uses it: `timeout` replaces the daemon's bounds (connect fast, no
+    stalled read beyond a few minutes).
+
+    Its HTTP goes through the SDK's aiohttp transport (`DefaultAioHttpClient`, aiohttp being the Slack
+    edge's library already): httpx2's own HTTP/1.1 stack parses and checks every header and chunk in
+    Python, about twice the CPU of the whole request on aiohttp's C parser (`bench/bench_model.py`).
+    The SDK's retries, timeouts and error mapping sit above the transport and stay as they are.
+    """
+    import anthropic
+
+    return anthropic.AsyncAnthropic(
+        api_key=api_key,
+        base_url=base_url,
+        max_retries=max_retries,
+        timeout=timeout or anthropic.Timeout(MODEL_READ_TIMEOUT_S, connect=MODEL_CONNECT_TIMEOUT_S),
+        http_client=anthropic.DefaultAioHttpClient(),
+        # Each request's span is the daemon's own `chat` span (bot/telemetry/agent.py); the SDK's would be a
+        # second one, and even unrecorded it costs every request its attributes and trace headers.
+        open_telemetry=False,
+    )
+
+
 def anthropic_provider(
     settings: Settings, *, max_retries: int = 2, timeout: anthropic.Timeout | None = None
 ) -> AnthropicProvider:
@@ -35,21 +60,12 @@ def anthropic_provider(
 
     The SDK would read only `os.environ`, which a `.env` file never reaches. Without a key in the
     settings the SDK still looks for its other credentials (`ANTHROPIC_AUTH_TOKEN`, profiles).
-    `timeout` replaces the daemon's bounds (connect fast, no stalled read beyond a few minutes).
     """
-    import anthropic
-
     from bot.model.anthropic import AnthropicProvider
 
     key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None
-    client = anthropic.AsyncAnthropic(
-        api_key=key,
-        base_url=settings.anthropic_base_url,
-        max_retries=max_retries,
-        timeout=timeout or anthropic.Timeout(MODEL_READ_TIMEOUT_S, connect=MODEL_CONNECT_TIMEOUT_S),
-        # Each request's span is the daemon's own `chat` span (bot/telemetry/agent.py); the SDK's would be a
-        # second one, and even unrecorded it costs every request its attributes and trace headers.
-        open_telemetry=False,
+    client = anthropic_client(
+        api_key=key, base_url=settings.anthropic_base_url, max_retries=max_retries, timeout=timeout
     )
     if client.api_key is None and client.auth_token is None and client.credentials is None:
         raise ConfigError("ANTHROPIC_API_KEY: not set (the Anthropic API key the model is called with)")
