@@ -60,9 +60,12 @@ class SocketHealth:
 
     @property
     def connected(self) -> bool:
-        """An open websocket the SDK does not consider stale (it sets `stale` when pongs stop)."""
+        """An open websocket on which Slack has said `hello`, which the SDK does not consider stale (it sets
+        `stale` when pongs stop). Until the hello, Slack sends no events on it."""
         session = self._client.current_session
-        return session is not None and not session.closed and not self._client.stale and not self._client.closed
+        if session is None or session.closed or self._client.stale or self._client.closed:
+            return False
+        return self.sessions > 0
 
     def report(self) -> Report:
         last_pong = self._client.last_ping_pong_time
