@@ -101,8 +101,8 @@ class SlackEdge:
         stream_client: AsyncWebClient | None = None,
         stream_budget: StreamBudget | None = None,
     ) -> None:
-        """`posts` and `stream_client` should use a client without the SDK's 429 retries (see `build_client`); by
-        default, `client`. `shared` (a cluster's replica): who may cancel is read from the store, since a turn may
+        """`posts` and `stream_client` (streams and "is thinking…", which pace themselves by Slack's 429s) should use
+        a client without the SDK's 429 retries (see `build_client`); by default, `client`. `shared` (a cluster's replica): who may cancel is read from the store, since a turn may
         have started on another replica. `surface` is `BOT_SLACK_SURFACE`: `agent` and `auto` show a thread's
         turns as streamed messages with task cards (bot/slack/turn_stream.py), `auto` going back to `classic` if
         Slack refuses. With `agent_sessions`, each thread's agent session status follows what runs in it."""
@@ -118,7 +118,7 @@ class SlackEdge:
         self._queues = SerialQueues()
         self.sessions = Sessions(client, store, team_id=team_id, requesters_from_store=shared)
         self.threads = ThreadPosts(client, self._posts, self.sessions, self._metrics, store)
-        self._thinking = ThinkingStatus(client, self.sessions)
+        self._thinking = ThinkingStatus(stream_client or client, self.sessions)
         self.board = StatusBoard(_edit_with(edits), repost=self._repost_status)
         self._quiet = QuietHold(self.sessions, abandon=self.board.abandon)
         self.turns = AgentTurns(
@@ -140,9 +140,11 @@ class SlackEdge:
         self._edits.resume(self.threads.take_over(owed))
 
     def share_budget(self, processes: int) -> None:
-        """Slack's edit and stream budgets are the workspace's: with `processes` live each spends its share."""
+        """Slack's edit, stream and "thinking" budgets are the workspace's: with `processes` live each spends its
+        share."""
         self._edits.share_budget(processes)
         self.turns.share_budget(processes)
+        self._thinking.share_budget(processes)
 
     @property
     def outbox_owed(self) -> int:
