@@ -613,3 +613,41 @@ async def test_an_agent_session_status_slack_holds_back_holds_no_post_of_the_tur
         held.set()
         await edge.close(WAIT_S)
     assert rig.slack.agent.session_of("C1", rig.root) is not None
+
+
+async def _a_tool_turn_after_its_words_were_posted(rig: Rig, *, words_done_first: bool) -> None:
+    """The model's words reach Slack before the edge hears of the calls that follow them (a loaded loop: the
+    words took longer than the first post's wait, or the calls' commit longer than the fold's)."""
+    rig.edge.turn_started(KEY)
+    rig.edge.model_call_started(KEY)
+    rig.edge.text_delta(KEY, "Let me check.")
+    if words_done_first:
+        rig.edge.text_done(KEY)
+    await rig.slack.wait_for(lambda: rig.posts(), WAIT_S, "the words, posted")
+    if not words_done_first:
+        rig.edge.text_done(KEY)
+    call = ToolCall("toolu_p", KEY, "t", "sleep_for", {"seconds": 1})
+    rig.edge.calls_started(KEY, [call])
+    call.transition(CallStatus.RUNNING)
+    rig.edge.call_changed(call)
+    await rig.slack.wait_for(lambda: "sleep_for" in rig.posts()[0].text, WAIT_S, "the call on the words' message")
+    call.transition(CallStatus.COMPLETED)
+    rig.edge.call_changed(call)
+    rig.edge.model_call_started(KEY)
+    rig.edge.text_delta(KEY, "Rested.")
+    rig.edge.text_done(KEY)
+    rig.edge.turn_finished(TurnOutcome(KEY, text="Rested."))
+    await rig.settle()
+
+
+@pytest.mark.parametrize(
+    "words_done_first", [False, True], ids=["words-slower-than-first-post", "calls-slower-than-fold"]
+)
+async def test_a_tool_turn_posts_twice_however_late_its_calls_are_heard_of(
+    rig: Rig, words_done_first: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("bot.slack.output.FOLD_WAIT_S", 0.01)
+    await _a_tool_turn_after_its_words_were_posted(rig, words_done_first=words_done_first)
+    status, answer = rig.posts()
+    assert status.text.startswith("Let me check.") and "✅" in status.text and "sleep_for" in status.text
+    assert answer.text == "Rested."
