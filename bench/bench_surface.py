@@ -1,6 +1,7 @@
 """Slack surfaces side by side: classic mode against agent mode, one tool turn and many at once.
 
-Run: `.venv/bin/python bench/bench_surface.py [--turns 5] [--sizes 10,100] [--modes classic,agent] [--parts 12]`
+Run: `.venv/bin/python bench/bench_surface.py [--turns 5] [--sizes 10,100] [--modes classic,agent] [--channels 1,10]
+[--parts 12]`
 (about 12 minutes with the defaults on 2 cores, nine of them agent mode's 100 threads). Prints figures; asserts
 nothing.
 
@@ -216,12 +217,13 @@ def _lags(values: list[float]) -> str:
     return f"{pct(values, 50):7.1f} / {pct(values, 99):7.1f}"
 
 
-SPREADS = (["C1"], [f"C{c:02d}" for c in range(10)])
+def spread(channels: int) -> list[str]:
+    return ["C1"] if channels == 1 else [f"C{c:02d}" for c in range(channels)]
 
 
-async def concurrent(sizes: list[int], modes: list[str]) -> None:
+async def concurrent(sizes: list[int], modes: list[str], spreads: list[int]) -> None:
     """Every size, spread and mode at once: the run takes as long as its slowest daemon."""
-    runs = [Run(mode, channels, size, 1) for size in sizes for channels in SPREADS for mode in modes]
+    runs = [Run(mode, spread(channels), size, 1) for size in sizes for channels in spreads for mode in modes]
     started = time.perf_counter()
     await asyncio.gather(*(drive(r) for r in runs))
     print(
@@ -255,12 +257,14 @@ async def main() -> None:
         "--sizes", default="10,100", help="concurrent threads of part (2), comma-separated (1000 takes about an hour)"
     )
     parser.add_argument("--modes", default="classic,agent", help="the modes of part (2)")
+    parser.add_argument("--channels", default="1,10", help="the spreads of part (2): threads over this many channels")
     parser.add_argument("--parts", default="12", help="which parts to run")
     args = parser.parse_args()
     if "1" in args.parts:
         await per_turn(args.turns)
     if "2" in args.parts:
-        await concurrent([int(s) for s in args.sizes.split(",")], args.modes.split(","))
+        spreads = [int(c) for c in args.channels.split(",")]
+        await concurrent([int(s) for s in args.sizes.split(",")], args.modes.split(","), spreads)
 
 
 if __name__ == "__main__":
