@@ -161,6 +161,8 @@ async def test_a_turn_still_running_when_no_start_comes_is_posted_and_kept_curre
     turn.add_calls([call])
     await asyncio.wait_for(turn.open(PLACE), WAIT_S)
     assert turn.phase is Phase.EDITING and len(rig.posted) == 1 and not rig.posted[0][2], "posted as progress"
+    await rig.edits.idle(5)
+    assert not rig.slack.calls_to("chat.update"), "nothing changed since the post: no edit"
     call.transition(CallStatus.RUNNING)
     call.add_progress(ProgressKind.PARTIAL, {"message": "slept 2s of 9s"})
     turn.changed(call)

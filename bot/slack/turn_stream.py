@@ -434,7 +434,7 @@ class TurnMessage:
             self._keep()
         else:  # owed if final (the outbox delivers it); else posted, owed, once final
             self.phase = Phase.DONE if final else Phase.UNPOSTED
-        self._wake.set()
+        # What changed while the post was on its way woke the loop itself: nothing else is edited.
 
     def _edit(self) -> None:
         if self.channel is None or self.ts is None:
