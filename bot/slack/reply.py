@@ -247,18 +247,19 @@ class ReplyStream:
                 self.thread.enqueue(self._spill)
             return
         chunks = self._chunks
-        # A one-message answer posted before it was complete may yet become the status message of calls that
-        # follow it (`adopt`): it is sealed once the edge says whether they do (`release`), not before.
-        adoptable = self.fold_wait_s > 0 and len(chunks) == 1 and not self._released.is_set()
+        # A complete one-message answer posted before it was complete may yet become the status message of calls
+        # that follow it (`adopt`): it is left as it is until the edge says whether they do (`release`), then
+        # sealed in one edit.
+        waiting = self.done and self.fold_wait_s > 0 and len(chunks) == 1 and not self._released.is_set()
         for index, chunk in enumerate(chunks):
-            sealed = (self.done and not adoptable) or index < len(chunks) - 1
+            sealed = self.done or index < len(chunks) - 1
             if index >= len(self.parts):
                 if not self._flush_queued:
                     self._flush_queued = True
                     self.thread.enqueue(self._flush)
                 return
             part = self.parts[index]
-            if part.final or (part.shown == chunk and not sealed) or part.channel is None or part.ts is None:
+            if waiting or part.final or (part.shown == chunk and not sealed) or part.channel is None or part.ts is None:
                 continue
             text, blocks = self._message(index, chunk, sealed)
             self.thread.edit(part.channel, part.ts, text, blocks, sealed)
