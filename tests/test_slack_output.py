@@ -651,3 +651,23 @@ async def test_a_tool_turn_posts_twice_however_late_its_calls_are_heard_of(
     status, answer = rig.posts()
     assert status.text.startswith("Let me check.") and "✅" in status.text and "sleep_for" in status.text
     assert answer.text == "Rested."
+
+
+async def test_words_the_model_was_asked_again_after_keep_their_message_when_calls_come_later(rig: Rig) -> None:
+    """Only the words just before a batch become its status message: an answer released (the model was asked
+    again) stays what it was."""
+    rig.edge.turn_started(KEY)
+    rig.edge.model_call_started(KEY)
+    rig.edge.text_delta(KEY, "Here is what I found.")
+    rig.edge.text_done(KEY)
+    rig.edge.model_call_started(KEY)  # no calls followed those words
+    await rig.slack.wait_for(lambda: rig.posts(), WAIT_S, "the words, posted")
+    call = ToolCall("toolu_q", KEY, "t", "sleep_for", {"seconds": 1})
+    rig.edge.calls_started(KEY, [call])
+    call.transition(CallStatus.RUNNING)
+    call.transition(CallStatus.COMPLETED)
+    rig.edge.call_changed(call)
+    rig.edge.turn_finished(TurnOutcome(KEY, text="Here is what I found."))
+    await rig.settle()
+    words, status = rig.posts()
+    assert words.text == "Here is what I found." and "✅" in status.text

@@ -200,8 +200,10 @@ class ReplyStream:
         """Hand over the message this answer was posted as, to be rewritten as the status message of the calls that
         follow it (`fold` came too late: the words were posted first): (channel, ts, its text) if the answer is
         complete, one message that landed, within `max_chars` and not held back; this stream then edits nothing.
-        None: not taken."""
-        if not self.done or len(self.parts) != 1 or len(self._chunks) != 1 or len(self.text) > max_chars:
+        None: not taken, nor once the edge has said that no calls follow it (`release`)."""
+        if self._released.is_set() or not self.done or len(self.parts) != 1 or len(self._chunks) != 1:
+            return None
+        if len(self.text) > max_chars:
             return None
         part = self.parts[0]
         if part.channel is None or part.ts is None or self._held_back() or self.thread.quiet_word() is not None:
