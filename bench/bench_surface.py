@@ -2,8 +2,8 @@
 
 Run: `.venv/bin/python bench/bench_surface.py [--turns 5] [--sizes 10,100] [--modes classic,agent] [--channels 1,10]
 [--parts 12]`
-(about 12 minutes with the defaults on 2 cores, nine of them agent mode's 100 threads). Prints figures; asserts
-nothing.
+(about 5 minutes with the defaults on 2 cores, most of it classic mode's 100 threads in one channel). Prints
+figures; asserts nothing.
 
 Every daemon is a real `python -m bot run` (Socket Mode) against a fake Slack of its own that limits what Slack
 limits, in real time: `chat.postMessage` about 1/s per channel with bursts of 10, `chat.update` Tier 3 (50 a
@@ -24,9 +24,9 @@ configurable), so a faster fake would change nothing but the 429s.
     Per thread, after its work ended (the call's end, as above): when its answer was visible, when its call's
     final state was; finals lost (a thread whose call never showed as done within the wait's bound, 120 s + 6 s a
     thread), and the 429s Slack answered that daemon (any method, named below the table). The daemons share the
-    machine's 2 cores; each has its own workspace, so its own limits. 1,000 threads take agent mode well over an
-    hour (Tier 2: 20 stream starts a minute), classic mode about half an hour (1 post a second in one channel,
-    50 edits a minute): `--sizes 1000 --modes classic` measures the one that fits.
+    machine's 2 cores; each has its own workspace, so its own limits. 1,000 threads take classic mode about 50
+    minutes in one channel (1 post a second), agent mode about 20 over ten channels (50 edits a minute for the
+    turns posted while they ran): `--sizes 1000 --modes agent --channels 10` measures one at a time.
 """
 
 from __future__ import annotations
