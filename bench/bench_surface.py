@@ -1,8 +1,9 @@
 """Slack surfaces side by side: classic mode against agent mode, one tool turn and many at once.
 
-Run: `.venv/bin/python bench/bench_surface.py [--turns 5] [--sizes 10,100] [--modes classic,agent] [--parts 12]`
-(about 12 minutes with the defaults on 2 cores, nine of them agent mode's 100 threads). Prints figures; asserts
-nothing.
+Run: `.venv/bin/python bench/bench_surface.py [--turns 5] [--sizes 10,100] [--modes classic,agent] [--channels 1,10]
+[--parts 12]`
+(about 5 minutes with the defaults on 2 cores, most of it classic mode's 100 threads in one channel). Prints
+figures; asserts nothing.
 
 Every daemon is a real `python -m bot run` (Socket Mode) against a fake Slack of its own that limits what Slack
 limits, in real time: `chat.postMessage` about 1/s per channel with bursts of 10, `chat.update` Tier 3 (50 a
@@ -23,9 +24,9 @@ configurable), so a faster fake would change nothing but the 429s.
     Per thread, after its work ended (the call's end, as above): when its answer was visible, when its call's
     final state was; finals lost (a thread whose call never showed as done within the wait's bound, 120 s + 6 s a
     thread), and the 429s Slack answered that daemon (any method, named below the table). The daemons share the
-    machine's 2 cores; each has its own workspace, so its own limits. 1,000 threads take agent mode well over an
-    hour (Tier 2: 20 stream starts a minute), classic mode about half an hour (1 post a second in one channel,
-    50 edits a minute): `--sizes 1000 --modes classic` measures the one that fits.
+    machine's 2 cores; each has its own workspace, so its own limits. 1,000 threads take classic mode about 50
+    minutes in one channel (1 post a second), agent mode about 20 over ten channels (50 edits a minute for the
+    turns posted while they ran): `--sizes 1000 --modes agent --channels 10` measures one at a time.
 """
 
 from __future__ import annotations
@@ -216,12 +217,13 @@ def _lags(values: list[float]) -> str:
     return f"{pct(values, 50):7.1f} / {pct(values, 99):7.1f}"
 
 
-SPREADS = (["C1"], [f"C{c:02d}" for c in range(10)])
+def spread(channels: int) -> list[str]:
+    return ["C1"] if channels == 1 else [f"C{c:02d}" for c in range(channels)]
 
 
-async def concurrent(sizes: list[int], modes: list[str]) -> None:
+async def concurrent(sizes: list[int], modes: list[str], spreads: list[int]) -> None:
     """Every size, spread and mode at once: the run takes as long as its slowest daemon."""
-    runs = [Run(mode, channels, size, 1) for size in sizes for channels in SPREADS for mode in modes]
+    runs = [Run(mode, spread(channels), size, 1) for size in sizes for channels in spreads for mode in modes]
     started = time.perf_counter()
     await asyncio.gather(*(drive(r) for r in runs))
     print(
@@ -255,12 +257,14 @@ async def main() -> None:
         "--sizes", default="10,100", help="concurrent threads of part (2), comma-separated (1000 takes about an hour)"
     )
     parser.add_argument("--modes", default="classic,agent", help="the modes of part (2)")
+    parser.add_argument("--channels", default="1,10", help="the spreads of part (2): threads over this many channels")
     parser.add_argument("--parts", default="12", help="which parts to run")
     args = parser.parse_args()
     if "1" in args.parts:
         await per_turn(args.turns)
     if "2" in args.parts:
-        await concurrent([int(s) for s in args.sizes.split(",")], args.modes.split(","))
+        spreads = [int(c) for c in args.channels.split(",")]
+        await concurrent([int(s) for s in args.sizes.split(",")], args.modes.split(","), spreads)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,14 @@ class TokenBucket:
         self._refill(now)
         self.tokens -= 1.0
 
+    def try_take(self, now: float) -> bool:
+        """Take a token if one is there now; False, and nothing taken, if not (for work that would rather do
+        something else than wait)."""
+        if self.wait_s(now) > 0:
+            return False
+        self.tokens -= 1.0
+        return True
+
     def forgo(self, now: float) -> None:
         """The call taken earlier may have reached the other side as late as `now`: refill only from then, so
         this bucket never believes in a token the other side's has not got yet."""

@@ -42,6 +42,13 @@ def test_token_bucket_with_a_manual_clock() -> None:
     assert bucket.wait_s(111.0) == pytest.approx(0.5), "no refill for the time the call was on the wire"
 
 
+def test_a_token_bucket_takes_without_waiting_or_says_no() -> None:
+    bucket = TokenBucket(rate=1.0, capacity=1, now=0.0)
+    assert bucket.try_take(0.0)
+    assert not bucket.try_take(0.5) and bucket.tokens == pytest.approx(0.5), "nothing taken when there is none"
+    assert bucket.try_take(1.0)
+
+
 async def test_a_failure_is_logged_once_with_the_tasks_name(caplog: pytest.LogCaptureFixture) -> None:
     tasks = TaskSet()
 

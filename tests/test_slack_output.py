@@ -10,14 +10,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakes.slack_agent import TIER_3_PER_MINUTE
 from fakes.slack_api import FakeSlack, StoredMessage
 
 from bot.clock import utcnow
+from bot.errors import SlackRateLimited
+from bot.slack.agent_session import AgentSessions
 from bot.slack.client import SlackClient
 from bot.slack.edits import EditScheduler
 from bot.slack.outbox import marker
 from bot.slack.output import SlackEdge
 from bot.slack.posts import PostQueue
+from bot.slack.thinking import BURST as THINKING_BURST
+from bot.slack.thinking import ThinkingStatus
 from bot.store import NewReminder, ReminderKind, ReminderStatus, SqliteStore, Store
 from bot.toolcall import CallStatus, ProgressKind, ToolCall
 from bot.types import LineKind, OwedLine, TurnOutcome
@@ -553,3 +558,116 @@ async def test_only_the_turns_final_answer_gets_feedback_buttons(rig: Rig) -> No
     assert not rated["Let me look."] and not rated["Half an ans"]
     [buttons] = rated["Found it."]
     assert buttons["elements"][0]["positive_button"]["value"] == f"good {KEY}#1"
+
+
+async def test_thinking_skips_when_its_budget_is_spent_and_a_429_pauses_it(rig: Rig) -> None:
+    """ "is thinking…" runs in the thread's queue: it never waits there for Slack's budget, it is left out."""
+    now = [0.0]
+    client = SlackClient(token="xoxb-test", base_url=rig.slack.api_url)
+    thinking = ThinkingStatus(client, rig.edge.sessions, per_minute=6.0, clock=lambda: now[0])
+    sent = lambda: len(rig.slack.calls_to("assistant.threads.setStatus"))  # noqa: E731
+    for _ in range(THINKING_BURST):
+        await thinking.show(KEY, True)
+    assert sent() == THINKING_BURST
+    await asyncio.wait_for(thinking.show(KEY, True), 1.0)
+    assert (sent(), thinking.skipped) == (THINKING_BURST, 1), "no token: skipped, not waited for"
+    now[0] += 10.0  # 6 a minute: one token back
+    rig.slack.fail("assistant.threads.setStatus", status=429, retry_after=30)
+    await thinking.show(KEY, True)
+    assert rig.slack.rate_limited["assistant.threads.setStatus"] == 1
+    now[0] += 20.0  # tokens again, but Slack asked for 30 s
+    await thinking.show(KEY, True)
+    assert (sent(), thinking.skipped) == (THINKING_BURST + 1, 2)
+    now[0] += 11.0
+    await thinking.show(KEY, True)
+    assert sent() == THINKING_BURST + 2 and rig.slack.calls_to("assistant.threads.setStatus")[-1].ok
+
+
+async def test_the_fake_limits_thinking_at_tier_3(rig: Rig) -> None:
+    rig.slack.agent.limit_like_slack()
+    client = SlackClient(token="xoxb-test", base_url=rig.slack.api_url)
+    for _ in range(TIER_3_PER_MINUTE):
+        await client.assistant_threads_setStatus(channel_id="C1", thread_ts=rig.root, status="is thinking…")
+    with pytest.raises(SlackRateLimited):
+        await client.assistant_threads_setStatus(channel_id="C1", thread_ts=rig.root, status="is thinking…")
+
+
+async def test_an_agent_session_status_slack_holds_back_holds_no_post_of_the_turn(rig: Rig) -> None:
+    """`agents.sessions.setStatus` has a sender of its own: a slow or paced status never sits in a thread's queue."""
+    client = SlackClient(token="xoxb-test", base_url=rig.slack.api_url)
+    agent_sessions = AgentSessions(client, rig.store)
+    agent_sessions.start()
+    edge = SlackEdge(
+        client, rig.edits, store=rig.store, team_id="T1", first_post_wait_s=0.0, agent_sessions=agent_sessions
+    )
+    held = rig.slack.hold("agents.sessions.setStatus")
+    try:
+        edge.turn_started(KEY)
+        edge.model_call_started(KEY)
+        edge.text_delta(KEY, "Hello.")
+        edge.text_done(KEY)
+        edge.turn_finished(TurnOutcome(KEY, text="Hello."))
+        await rig.slack.wait_for(lambda: rig.posts(), WAIT_S, "the answer, while its session's status is held")
+        assert not rig.slack.calls_to("agents.sessions.setStatus"), "still held"
+    finally:
+        held.set()
+        await edge.close(WAIT_S)
+    assert rig.slack.agent.session_of("C1", rig.root) is not None
+
+
+async def _a_tool_turn_after_its_words_were_posted(rig: Rig, *, words_done_first: bool) -> None:
+    """The model's words reach Slack before the edge hears of the calls that follow them (a loaded loop: the
+    words took longer than the first post's wait, or the calls' commit longer than the fold's)."""
+    rig.edge.turn_started(KEY)
+    rig.edge.model_call_started(KEY)
+    rig.edge.text_delta(KEY, "Let me check.")
+    if words_done_first:
+        rig.edge.text_done(KEY)
+    await rig.slack.wait_for(lambda: rig.posts(), WAIT_S, "the words, posted")
+    if not words_done_first:
+        rig.edge.text_done(KEY)
+    call = ToolCall("toolu_p", KEY, "t", "sleep_for", {"seconds": 1})
+    rig.edge.calls_started(KEY, [call])
+    call.transition(CallStatus.RUNNING)
+    rig.edge.call_changed(call)
+    await rig.slack.wait_for(lambda: "sleep_for" in rig.posts()[0].text, WAIT_S, "the call on the words' message")
+    call.transition(CallStatus.COMPLETED)
+    rig.edge.call_changed(call)
+    rig.edge.model_call_started(KEY)
+    rig.edge.text_delta(KEY, "Rested.")
+    rig.edge.text_done(KEY)
+    rig.edge.turn_finished(TurnOutcome(KEY, text="Rested."))
+    await rig.settle()
+
+
+@pytest.mark.parametrize(
+    "words_done_first", [False, True], ids=["words-slower-than-first-post", "calls-slower-than-fold"]
+)
+async def test_a_tool_turn_posts_twice_however_late_its_calls_are_heard_of(
+    rig: Rig, words_done_first: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("bot.slack.output.FOLD_WAIT_S", 0.01)
+    await _a_tool_turn_after_its_words_were_posted(rig, words_done_first=words_done_first)
+    status, answer = rig.posts()
+    assert status.text.startswith("Let me check.") and "✅" in status.text and "sleep_for" in status.text
+    assert answer.text == "Rested."
+
+
+async def test_words_the_model_was_asked_again_after_keep_their_message_when_calls_come_later(rig: Rig) -> None:
+    """Only the words just before a batch become its status message: an answer released (the model was asked
+    again) stays what it was."""
+    rig.edge.turn_started(KEY)
+    rig.edge.model_call_started(KEY)
+    rig.edge.text_delta(KEY, "Here is what I found.")
+    rig.edge.text_done(KEY)
+    rig.edge.model_call_started(KEY)  # no calls followed those words
+    await rig.slack.wait_for(lambda: rig.posts(), WAIT_S, "the words, posted")
+    call = ToolCall("toolu_q", KEY, "t", "sleep_for", {"seconds": 1})
+    rig.edge.calls_started(KEY, [call])
+    call.transition(CallStatus.RUNNING)
+    call.transition(CallStatus.COMPLETED)
+    rig.edge.call_changed(call)
+    rig.edge.turn_finished(TurnOutcome(KEY, text="Here is what I found."))
+    await rig.settle()
+    words, status = rig.posts()
+    assert words.text == "Here is what I found." and "✅" in status.text

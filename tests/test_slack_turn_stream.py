@@ -48,7 +48,7 @@ class Rig:
         self.refusals: list[str] = []
         self.posted: list[tuple[str, list[Block], bool]] = []
 
-    def turn(self, budget: StreamBudget | None = None) -> TurnMessage:
+    def turn(self, budget: StreamBudget | None = None, *, start_wait_s: float = WAIT_S) -> TurnMessage:
         async def post(text: str, blocks: list[Block], owed: bool) -> tuple[str, str] | None:
             self.posted.append((text, blocks, owed))
             answer = await self.client.chat_postMessage(channel="C1", thread_ts="1.0", text=text, blocks=blocks)
@@ -62,6 +62,7 @@ class Rig:
             post=post,
             refused=self.refusals.append,
             append_interval_s=0.01,
+            start_wait_s=start_wait_s,
         )
 
     async def until(self, predicate: Any, what: str) -> Any:
@@ -89,34 +90,106 @@ def shown(slack: FakeSlack, ts: str) -> tuple[str, list[tuple[str, str, str]]]:
 
 
 class HeldStarts(StreamBudget):
-    """A stream budget that counts what is spent and holds the first `chat.startStream` until released."""
+    """A stream budget with no `chat.startStream` token to be had until `release` is set; counts what is spent."""
 
     def __init__(self) -> None:
         super().__init__(scale=100)
         self.spent: Counter[str] = Counter()
         self.release = asyncio.Event()
+        self.asked = asyncio.Event()
+
+    def wait_s(self, *methods: str) -> float:
+        if "chat.startStream" in methods and not self.release.is_set():
+            return 60.0
+        return super().wait_s(*methods)
+
+    def try_spend(self, *methods: str) -> bool:
+        self.asked.set()
+        taken = super().try_spend(*methods)
+        if taken:
+            self.spent.update(methods)
+        return taken
 
     async def spend(self, method: str) -> None:
         self.spent[method] += 1
-        if method == "chat.startStream":
-            await self.release.wait()
         await super().spend(method)
 
 
-async def test_a_turn_that_ends_while_its_start_waits_for_the_budget_pays_for_one_start(rig: Rig) -> None:
-    """Starts are the scarce token (the workspace's): paying twice for one halves how fast threads open."""
+def streamed(slack: FakeSlack) -> list[str]:
+    return [call.method for call in slack.calls if call.method.startswith("chat.") and "Stream" in call.method]
+
+
+async def test_a_final_turn_with_no_start_token_is_posted_whole_at_once(rig: Rig) -> None:
+    """Starts are the workspace's scarce token: a turn that is over does not wait for one, it is posted."""
     budget = HeldStarts()
-    turn = rig.turn(budget)
+    turn = rig.turn(budget, start_wait_s=WAIT_S)
     turn.add_text("Quick answer.")
-    opening = asyncio.create_task(turn.open(PLACE))
-    await rig.until(lambda: budget.spent["chat.startStream"] == 1, "the start waiting for its token")
     turn.end_text()
     turn.finish()
-    budget.release.set()
-    await opening
-    await rig.until(lambda: turn.phase is Phase.DONE, "the stream stopped")
-    assert budget.spent == Counter({"chat.startStream": 1, "chat.stopStream": 1})
+    await asyncio.wait_for(turn.open(PLACE), WAIT_S / 2)
+    assert turn.phase is Phase.DONE
+    assert [(text, owed) for text, _, owed in rig.posted] == [("Quick answer.", True)]
     assert shown(rig.slack, turn.ts or "")[0] == "Quick answer."
+    assert not budget.spent and not streamed(rig.slack) and not rig.slack.calls_to("chat.update")
+
+
+async def test_a_turn_that_ends_while_it_waits_for_a_start_is_posted_whole_once(rig: Rig) -> None:
+    budget = HeldStarts()
+    turn, call = rig.turn(budget, start_wait_s=WAIT_S), sleeper()
+    turn.add_text("Let me check.")
+    turn.end_text()
+    turn.add_calls([call])
+    opening = asyncio.create_task(turn.open(PLACE))
+    await asyncio.wait_for(budget.asked.wait(), WAIT_S)
+    assert not opening.done(), "not final: it waits a moment for a start"
+    call.transition(CallStatus.RUNNING)
+    call.transition(CallStatus.COMPLETED)
+    turn.changed(call)
+    turn.add_text("Done.")
+    turn.finish()
+    await asyncio.wait_for(opening, WAIT_S / 2)
+    assert turn.phase is Phase.DONE and len(rig.posted) == 1 and rig.posted[0][2], "one post, owed"
+    text, cards = shown(rig.slack, turn.ts or "")
+    assert text == "Let me check.\n\nDone." and [status for _, status, _ in cards] == ["complete"]
+    assert not streamed(rig.slack) and not rig.slack.calls_to("chat.update")
+
+
+async def test_a_turn_still_running_when_no_start_comes_is_posted_and_kept_current_by_edits(rig: Rig) -> None:
+    budget = HeldStarts()
+    turn, call = rig.turn(budget, start_wait_s=0.2), sleeper()
+    turn.add_text("Let me check.")
+    turn.add_calls([call])
+    await asyncio.wait_for(turn.open(PLACE), WAIT_S)
+    assert turn.phase is Phase.EDITING and len(rig.posted) == 1 and not rig.posted[0][2], "posted as progress"
+    await rig.edits.idle(5)
+    assert not rig.slack.calls_to("chat.update"), "nothing changed since the post: no edit"
+    call.transition(CallStatus.RUNNING)
+    call.add_progress(ProgressKind.PARTIAL, {"message": "slept 2s of 9s"})
+    turn.changed(call)
+    await rig.until(lambda: "slept 2s of 9s" in str(shown(rig.slack, turn.ts or "")[1]), "progress by chat.update")
+    await rig.until(lambda: rig.finals.owed, "what a restart must show, kept")
+    budget.release.set()  # a start token now changes nothing for this turn: it has its message
+    call.transition(CallStatus.COMPLETED)
+    turn.changed(call)
+    turn.finish()
+    await rig.until(lambda: turn.phase is Phase.DONE, "the final edit")
+    await rig.edits.idle(5)
+    assert [status for _, status, _ in shown(rig.slack, turn.ts or "")[1]] == ["complete"]
+    assert len(rig.posted) == 1 and not streamed(rig.slack)
+
+
+async def test_a_start_token_that_comes_within_the_wait_streams_the_turn(rig: Rig) -> None:
+    budget = HeldStarts()
+    turn, call = rig.turn(budget, start_wait_s=WAIT_S), sleeper()
+    turn.add_text("Let me check.")
+    turn.add_calls([call])
+    opening = asyncio.create_task(turn.open(PLACE))
+    await asyncio.wait_for(budget.asked.wait(), WAIT_S)
+    budget.release.set()
+    turn.add_text(" Still here.")  # news wakes the wait, which finds the token
+    await asyncio.wait_for(opening, WAIT_S / 2)
+    assert turn.phase is Phase.STREAMING and not rig.posted
+    assert budget.spent["chat.startStream"] == 1
 
 
 async def test_words_and_cards_stream_into_one_message_that_closes_when_its_calls_are_final(rig: Rig) -> None:

@@ -135,6 +135,7 @@ async def _run(
             tracing=telemetry.tracing,
             agent_sessions=(agent_sessions := AgentSessions(client, ground.store)),
             surface=settings.bot_slack_surface,
+            stream_client=pacing_client,
         )
 
         def owns(key: str) -> bool:

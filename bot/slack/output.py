@@ -13,7 +13,8 @@ and owed until Slack has it, in `ThreadPosts`; one streamed answer, in `ReplyStr
 In agent mode (`surface`) a thread's turn is instead one streamed message with a task card
 per call, in `TurnMessage` (bot/slack/turn_stream.py); a heartbeat's turns, and calls that
 wait for a person's button, keep the classic messages. In classic mode the model's words
-before a batch of calls fold into the batch's status message (`_take_preamble`).
+before a batch of calls fold into the batch's status message (`_words_before`): a tool turn posts
+twice (the status message and the answer), however late the edge hears of the calls.
 
 What is still queued when a turn ends (its answer behind a slow post, a notice) is
 handed to the turn's last save (`owed_posts`), which owes it in the transaction that
@@ -101,11 +102,12 @@ class SlackEdge:
         stream_client: AsyncWebClient | None = None,
         stream_budget: StreamBudget | None = None,
     ) -> None:
-        """`posts` and `stream_client` should use a client without the SDK's 429 retries (see `build_client`); by
-        default, `client`. `shared` (a cluster's replica): who may cancel is read from the store, since a turn may
-        have started on another replica. `surface` is `BOT_SLACK_SURFACE`: `agent` and `auto` show a thread's
-        turns as streamed messages with task cards (bot/slack/turn_stream.py), `auto` going back to `classic` if
-        Slack refuses. With `agent_sessions`, each thread's agent session status follows what runs in it."""
+        """`posts` and `stream_client` (streams and "is thinking…", which pace themselves by Slack's 429s) should use
+        a client without the SDK's 429 retries (see `build_client`); by default, `client`. `shared` (a cluster's
+        replica): who may cancel is read from the store, since a turn may have started on another replica.
+        `surface` is `BOT_SLACK_SURFACE`: `agent` and `auto` show a thread's turns as streamed messages with task
+        cards (bot/slack/turn_stream.py), `auto` going back to `classic` if Slack refuses. With `agent_sessions`,
+        each thread's agent session status follows what runs in it."""
         self.agent_sessions = agent_sessions
         self._tracing = tracing or Tracing()
         self._client = client
@@ -118,7 +120,7 @@ class SlackEdge:
         self._queues = SerialQueues()
         self.sessions = Sessions(client, store, team_id=team_id, requesters_from_store=shared)
         self.threads = ThreadPosts(client, self._posts, self.sessions, self._metrics, store)
-        self._thinking = ThinkingStatus(client, self.sessions)
+        self._thinking = ThinkingStatus(stream_client or client, self.sessions)
         self.board = StatusBoard(_edit_with(edits), repost=self._repost_status)
         self._quiet = QuietHold(self.sessions, abandon=self.board.abandon)
         self.turns = AgentTurns(
@@ -140,9 +142,11 @@ class SlackEdge:
         self._edits.resume(self.threads.take_over(owed))
 
     def share_budget(self, processes: int) -> None:
-        """Slack's edit and stream budgets are the workspace's: with `processes` live each spends its share."""
+        """Slack's edit, stream and "thinking" budgets are the workspace's: with `processes` live each spends its
+        share."""
         self._edits.share_budget(processes)
         self.turns.share_budget(processes)
+        self._thinking.share_budget(processes)
 
     @property
     def outbox_owed(self) -> int:
@@ -181,8 +185,9 @@ class SlackEdge:
         if calls and not left:
             return
         calls = left
-        message = self.board.start(session_key, calls, self._take_preamble(session_key))
-        self._put(session_key, lambda: self._post_status(session_key, message))
+        words = self._words_before(session_key)
+        message = self.board.start(session_key, calls, words.fold(PREAMBLE_MAX_CHARS) if words else None)
+        self._put(session_key, lambda: self._post_status(session_key, message, words))
         for call in calls:  # arguments too long for the status line, shared once, when the call first asks
             if call.awaiting_approval and (name := arguments_file(call)) is not None:
                 self.file_shared(session_key, SharedFile(name, arguments_text(call).encode(), "text/plain"))
@@ -297,6 +302,8 @@ class SlackEdge:
         """Let queued posts finish (the edits they leave behind are flushed by the scheduler's close)."""
         for key in self.sessions.streaming():
             self.text_done(key)
+        for key in self.sessions.known():
+            self._release(key)  # words still waiting to hear whether calls follow them are sealed as they are
         if not await self._queues.drain(timeout_s):
             log.warning("shut down with Slack posts still queued")
         await self.turns.close()
@@ -337,14 +344,15 @@ class SlackEdge:
             if isinstance(unsent, ReplyStream):
                 unsent.release()
 
-    def _take_preamble(self, key: str) -> str | None:
-        """What the model said before asking for a batch of calls, if none of it is posted yet: it is shown on
-        the batch's status message instead of a post of its own (a tool turn then posts twice, not three times)."""
+    def _words_before(self, key: str) -> ReplyStream | None:
+        """What the model said before asking for a batch of calls: shown on the batch's status message instead of a
+        post of its own (a tool turn then posts twice, not three times), taken (`fold`) when the calls start if
+        none of it is posted yet, else (`adopt`) when the status message's turn in the queue comes."""
         if not key.startswith(SESSION_PREFIX):
             return None  # a heartbeat's first post opens its thread, and its words may yet be held back
         unsent = self.sessions.get(key).unsent
         replies = [reply for reply in unsent if isinstance(reply, ReplyStream)]
-        return replies[-1].fold(PREAMBLE_MAX_CHARS) if replies else None
+        return replies[-1] if replies else None
 
     def _keep_status(self, message: StatusMessage) -> None:
         """A status message with the model's words on it: what a restart must leave it showing (its open calls
@@ -355,13 +363,23 @@ class SlackEdge:
         text, blocks = status_message(lost, revision=f"r{time.time_ns()}", preamble=message.preamble)
         self._edits.keep_if_lost(message.channel, message.ts, text=text, blocks=blocks)
 
-    async def _post_status(self, key: str, message: StatusMessage) -> None:
+    async def _post_status(self, key: str, message: StatusMessage, words: ReplyStream | None = None) -> None:
+        """Post the batch's status message; or, when the model's words before it were posted first (`words`, a
+        loaded process outlasting the fold's wait), rewrite their message as the status message."""
+
         def poster(text: str, blocks: list[Block], owed: bool) -> Awaitable[tuple[str, str] | None]:
             # Owed, it is the batch's final state; else progress, which the answers of other threads pass.
             priority = Priority.ANSWER if owed else Priority.PROGRESS
             return self.threads.post(key, text, blocks, owed=owed, priority=priority)
 
-        await self.board.post(message, poster)
+        adopted = words.adopt(PREAMBLE_MAX_CHARS) if words is not None and message.preamble is None else None
+        if words is not None:
+            words.release()  # not taken: they are a message of their own, sealed now
+        if adopted is not None:
+            channel, ts, message.preamble = adopted
+            self.board.adopt(message, channel, ts)
+        else:
+            await self.board.post(message, poster)
         if message.preamble:
             self._keep_status(message)
         if message.channel and message.ts:

@@ -18,7 +18,11 @@ the chunks with something in them become messages.
 When calls follow an answer nobody has seen yet (the model's "let me check" before its tools), the
 edge takes it (`fold`) onto the calls' status message, so a tool turn posts twice, not three times;
 a complete answer not posted yet waits (`fold_wait_s`) until the edge says whether calls follow
-(`fold`) or not (`release`).
+(`fold`) or not (`release`). Both waits are bounded in time, and a loaded process can outlast them
+(the words stream for longer than the first post's wait, the calls' commit takes longer than the
+fold's): the words are then posted first, and when calls follow, their one message is handed over
+(`adopt`) and rewritten as the status message, so the turn still posts twice. Until the edge has
+said which, that message is not sealed.
 
 The first post waits up to `first_post_wait_s` for the answer to finish: every
 `chat.update` spends a workspace-wide budget of about 50 a minute, and most answers
@@ -192,9 +196,27 @@ class ReplyStream:
         self._released.set()
         return self.text.strip()
 
+    def adopt(self, max_chars: int) -> tuple[str, str, str] | None:
+        """Hand over the message this answer was posted as, to be rewritten as the status message of the calls that
+        follow it (`fold` came too late: the words were posted first): (channel, ts, its text) if the answer is
+        complete, one message that landed, within `max_chars` and not held back; this stream then edits nothing.
+        None: not taken, nor once the edge has said that no calls follow it (`release`)."""
+        if self._released.is_set() or not self.done or len(self.parts) != 1 or len(self._chunks) != 1:
+            return None
+        if len(self.text) > max_chars:
+            return None
+        part = self.parts[0]
+        if part.channel is None or part.ts is None or self._held_back() or self.thread.quiet_word() is not None:
+            return None
+        self._folded = True
+        self._released.set()
+        return part.channel, part.ts, self.text.strip()
+
     def release(self) -> None:
         """No calls follow this answer (the turn ended, or the model was asked again): it is posted as it is."""
-        self._released.set()
+        if not self._released.is_set():
+            self._released.set()
+            self._sync()
 
     def finished_posting(self) -> bool:
         """Whether every part is posted or owed: nothing more can come of this stream."""
@@ -227,6 +249,10 @@ class ReplyStream:
                 self.thread.enqueue(self._spill)
             return
         chunks = self._chunks
+        # A complete one-message answer posted before it was complete may yet become the status message of calls
+        # that follow it (`adopt`): it is left as it is until the edge says whether they do (`release`), then
+        # sealed in one edit.
+        waiting = self.done and self.fold_wait_s > 0 and len(chunks) == 1 and not self._released.is_set()
         for index, chunk in enumerate(chunks):
             sealed = self.done or index < len(chunks) - 1
             if index >= len(self.parts):
@@ -235,7 +261,7 @@ class ReplyStream:
                     self.thread.enqueue(self._flush)
                 return
             part = self.parts[index]
-            if part.final or (part.shown == chunk and not sealed) or part.channel is None or part.ts is None:
+            if waiting or part.final or (part.shown == chunk and not sealed) or part.channel is None or part.ts is None:
                 continue
             text, blocks = self._message(index, chunk, sealed)
             self.thread.edit(part.channel, part.ts, text, blocks, sealed)

@@ -113,6 +113,10 @@ class Sessions:
             self._states.move_to_end(key)
         return state
 
+    def known(self) -> list[str]:
+        """Every session this edge remembers."""
+        return list(self._states)
+
     def streaming(self) -> list[str]:
         """The sessions with an answer still streaming."""
         return [key for key, state in self._states.items() if state.reply is not None]

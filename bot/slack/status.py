@@ -87,6 +87,15 @@ class StatusBoard:
         else:
             self.refresh(message)
 
+    def adopt(self, message: StatusMessage, channel: str, ts: str) -> None:
+        """Show the batch on a message already in its thread (the model's words before the calls, posted before the
+        edge heard of them), edited into the status message instead of a post of its own."""
+        message.posting = False
+        message.channel, message.ts = channel, ts
+        self._by_ts[(channel, ts)] = message
+        self._trim()
+        self.refresh(message)
+
     def changed(self, call: ToolCall) -> bool:
         """A call moved on: re-render the message that shows it (the scheduler keeps only the newest state).
 

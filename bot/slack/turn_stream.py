@@ -1,9 +1,18 @@
-"""One turn in Slack's agent surface: a single streamed message whose text and task cards outlive the stream.
+"""One turn in Slack's agent surface: a single message, streamed when Slack can start a stream now, whose text
+and task cards outlive the stream.
 
 The message is started with `chat.startStream` when the turn first has something to show, the model's
 words and the calls' cards are appended with `chat.appendStream` (slack_sdk's `chat_stream` helper, with
 its buffer off: the pacing here is the buffer), and it is closed with `chat.stopStream` once the turn is
 over and every call it started is final.
+
+Stream or plain post: starts are the scarce thing (Tier 2, 20 a minute for the whole workspace), so a turn
+never queues behind them. When it first has something to show, it streams if a start token is there now
+(for a turn already final, a start and a stop: it opens and closes in one go). If not, a turn already final
+is posted whole at once (one `chat.postMessage` through the post queue, owed: no stream, no edit); one not
+final waits up to `START_WAIT_S` for a start token or for its end, and is then streamed, or posted whole and
+from then on kept current by `chat.update` exactly like a stream Slack ended (below). Either way it is one
+message per turn with its task cards, a per-call cancel reaction on it, and a final state that always lands.
 
 Slack ends a stream by itself: about five minutes after it started, after a pause, or whenever it likes;
 `chat.appendStream` and `chat.stopStream` then answer `message_not_in_streaming_state`. That is never the
@@ -31,6 +40,7 @@ for its `Retry-After`, and an edit after the stream spends `chat.update`'s Tier 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import enum
 import logging
@@ -55,6 +65,12 @@ log = logging.getLogger(__name__)
 APPEND_INTERVAL_S = 1.0
 PROGRESS_INTERVAL_S = 3.0
 """How often a running call's card is appended when only its progress line moved."""
+START_WAIT_S = 3.0
+"""How long a turn with something to show but not final yet waits for a stream start (or for its end) when the
+workspace has no start token now: one refill of `chat.startStream`'s Tier 2 (20 a minute, one every 3 s), so a
+budget only just emptied by a burst still streams the next turn, and a turn that is about to end (an answer
+without calls mostly takes a second or two) is posted once, whole, with no edit. Beyond it, a start would be
+a queue: the turn is posted and kept current by `chat.update` instead."""
 START_ATTEMPTS = 3
 """Failed starts (Slack unreachable, 5xx) before the turn is posted as a plain message instead."""
 TIERS_PER_MINUTE = {"chat.startStream": 20.0, "chat.appendStream": 100.0, "chat.stopStream": 20.0}
@@ -83,12 +99,25 @@ class StreamBudget:
     async def spend(self, method: str) -> None:
         """Wait for a token of `method` (and the end of its 429 pause), then take it."""
         while True:
-            now = self._clock()
-            wait_s = max(self._paused_until[method] - now, self._buckets[method].wait_s(now))
+            wait_s = self.wait_s(method)
             if wait_s <= 0:
-                self._buckets[method].take(now)
+                self._buckets[method].take(self._clock())
                 return
             await asyncio.sleep(wait_s)
+
+    def wait_s(self, *methods: str) -> float:
+        """Seconds until a token of each of `methods` is there and none of them is paused (0: now)."""
+        now = self._clock()
+        return max(max(self._paused_until[m] - now, self._buckets[m].wait_s(now)) for m in methods)
+
+    def try_spend(self, *methods: str) -> bool:
+        """Take a token of each of `methods` if every one is there now; else take none and say False."""
+        if self.wait_s(*methods) > 0:
+            return False
+        now = self._clock()
+        for method in methods:
+            self._buckets[method].take(now)
+        return True
 
     def share(self, replicas: int) -> None:
         """The limits are the workspace's: with `replicas` live processes each spends its share."""
@@ -136,6 +165,7 @@ class TurnMessage:
         post: Poster,
         refused: Callable[[str], None],
         append_interval_s: float = APPEND_INTERVAL_S,
+        start_wait_s: float = START_WAIT_S,
     ) -> None:
         """`post` posts in the session's thread (owed: the outbox delivers it); `refused` hears the error of a
         `chat.startStream` Slack refused."""
@@ -153,6 +183,7 @@ class TurnMessage:
         self._post = post
         self._refused = refused
         self._interval_s = append_interval_s
+        self._start_wait_s = start_wait_s
         self._stream: AsyncChatStream | None = None
         self._given = 0  # characters of `text` handed to the stream helper (it keeps what failed to go)
         self._shown: dict[str, tuple[str, str]] = {}  # what the stream shows of each card: (status, details)
@@ -256,17 +287,12 @@ class TurnMessage:
 
     async def _stream_once(self) -> None:
         assert self._stream is not None
-        final = self.final
-        method = "chat.stopStream" if final else "chat.startStream" if self.phase is Phase.NEW else "chat.appendStream"
-        if not (final or self._news()):
+        if not (self.final or self._news()):
             return
-        paced = method
-        await self._pace(method)
-        if self.final and not final:  # it ended while this waited its turn: the stop closes it
-            final, method = True, "chat.stopStream"
-            await self._budget.spend(method)
-        if final and self.phase is Phase.NEW and paced != "chat.startStream":  # a stop that opens the stream too
-            await self._budget.spend("chat.startStream")
+        if (paid := await self._pay()) is None:
+            await self._post_whole()
+            return
+        final, method = paid
         delta = self._text_delta(final)
         chunks = self._changed_cards()
         if not (final or delta or chunks):
@@ -341,9 +367,40 @@ class TurnMessage:
         """Whether the stream lags behind: text it may be given now, or a card that changed."""
         return bool(self._text_delta(self.final)) or bool(self._changed_cards())
 
+    async def _pay(self) -> tuple[bool, str] | None:
+        """Take the budget's tokens for the next stream call: whether it is the last (the stop) and its method;
+        None when the stream cannot start soon (`_start_token`)."""
+        if self.phase is Phase.NEW:
+            if not await self._start_token():
+                return None
+            return (True, "chat.stopStream") if self.final else (False, "chat.startStream")
+        final = self.final
+        method = "chat.stopStream" if final else "chat.appendStream"
+        await self._pace(method)
+        if self.final and not final:  # it ended while this waited its turn: the stop closes it
+            final, method = True, "chat.stopStream"
+            await self._budget.spend(method)
+        return final, method
+
+    async def _start_token(self) -> bool:
+        """Whether the stream may start now: the tokens it needs (a turn already final opens and closes it in one
+        go: a start and a stop), now or, while the turn is not final, within `start_wait_s`. False: there are
+        none to be had soon, and the turn is posted whole rather than kept waiting behind the workspace's starts."""
+        deadline = time.monotonic() + self._start_wait_s
+        while True:
+            methods = ("chat.startStream", "chat.stopStream") if self.final else ("chat.startStream",)
+            if self._budget.try_spend(*methods):
+                return True
+            left_s = deadline - time.monotonic()
+            if self.final or left_s <= 0:
+                return False
+            self._wake.clear()  # woken by the turn's news (it may be final now) or by the budget's next token
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), min(left_s, self._budget.wait_s(*methods)))
+
     async def _pace(self, method: str) -> None:
         wait_s = self._last_call + self._interval_s - time.monotonic()
-        if wait_s > 0 and self.phase is Phase.STREAMING:
+        if wait_s > 0:
             await asyncio.sleep(wait_s)
         await self._budget.spend(method)
 
@@ -377,7 +434,7 @@ class TurnMessage:
             self._keep()
         else:  # owed if final (the outbox delivers it); else posted, owed, once final
             self.phase = Phase.DONE if final else Phase.UNPOSTED
-        self._wake.set()
+        # What changed while the post was on its way woke the loop itself: nothing else is edited.
 
     def _edit(self) -> None:
         if self.channel is None or self.ts is None:

@@ -16,6 +16,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.edits import EditScheduler
 from bot.slack.filters import SESSION_PREFIX
+from bot.slack.posts import Priority
 from bot.slack.queues import Operation
 from bot.slack.render import Block
 from bot.slack.sessions import Sessions
@@ -118,7 +119,9 @@ class AgentTurns:
         await turn.open(Place(address.channel, address.thread_ts, address.team, address.speaker or address.requester))
 
     async def _post(self, key: str, text: str, blocks: list[Block], owed: bool) -> tuple[str, str] | None:
-        return await self._threads.post(key, text, blocks, owed=owed)
+        """Owed, it is the turn's final state, an answer; else progress, which other threads' answers pass."""
+        priority = Priority.ANSWER if owed else Priority.PROGRESS
+        return await self._threads.post(key, text, blocks, owed=owed, priority=priority)
 
     def _refused(self, error: str) -> None:
         if error in NOT_AN_AGENT and self.surface == "auto":

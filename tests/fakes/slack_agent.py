@@ -43,7 +43,8 @@ JsonDict = dict[str, Any]
 TIER_4_PER_MINUTE = 100
 """Tier 4 ("100+ per minute"): views.publish, assistant.threads.setSuggestedPrompts and setTitle."""
 TIER_3_PER_MINUTE = 50
-"""Tier 3 ("50+ per minute"): agents.sessions.setStatus."""
+"""Tier 3 ("50+ per minute"): agents.sessions.setStatus, and assistant.threads.setStatus (served by ``FakeSlack``),
+whose docs say only "Special": taken to be its twin's tier."""
 SESSION_STATUSES = frozenset({"active", "processing", "suspended", "closed"})
 MAX_TITLE_CHARS = 200
 STOPPED_WARNING = "missing_agent_session_stopped_event_subscription"
@@ -109,6 +110,7 @@ class FakeAgentSurface:
         for method in self.handlers():
             per_minute = TIER_3_PER_MINUTE if method.startswith("agents.") else TIER_4_PER_MINUTE
             self._slack.rate_limit(method, per_minute=per_minute, time_scale=time_scale)
+        self._slack.rate_limit("assistant.threads.setStatus", per_minute=TIER_3_PER_MINUTE, time_scale=time_scale)
 
     def session_of(self, channel: str, thread_ts: str) -> AgentSession | None:
         return self.agent_sessions.get((channel, thread_ts))
