@@ -395,8 +395,10 @@ class TurnMessage:
             if self.final or left_s <= 0:
                 return False
             self._wake.clear()  # woken by the turn's news (it may be final now) or by the budget's next token
+            # `asyncio.timeout`, not `wait_for`, which on 3.11 can swallow the cancel that closes this message.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), min(left_s, self._budget.wait_s(*methods)))
+                async with asyncio.timeout(min(left_s, self._budget.wait_s(*methods))):
+                    await self._wake.wait()
 
     async def _pace(self, method: str) -> None:
         wait_s = self._last_call + self._interval_s - time.monotonic()
