@@ -125,6 +125,8 @@ async def drive(run: Run) -> Run:
                 "BOT_SLACK_SURFACE": run.mode,
                 "BOT_MAX_CONCURRENT_TOOLS": str(max(16, run.threads)),
                 "BOT_MAX_CONCURRENT_TOOLS_PER_USER": str(max(8, run.threads)),
+                # Slack's edit budget, not the suite's (daemon_rig lets test daemons edit at 600 a minute).
+                "BOT_SLACK_EDITS_PER_MINUTE": "50",
             }
             daemon = Daemon(slack, model, Path(data), env=env)
             await daemon.start()
