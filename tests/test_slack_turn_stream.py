@@ -298,3 +298,35 @@ async def test_a_429_on_append_pauses_the_stream_and_loses_nothing(rig: Rig) -> 
     await rig.until(lambda: turn.phase is Phase.DONE, "the stream stopped")
     assert shown(rig.slack, turn.ts or "")[0] == "One two three."
     assert not rig.slack.calls_to("chat.update"), "a pause is not the end of the stream"
+
+
+async def test_a_turn_waits_for_its_end_while_edits_are_backed_up_and_is_then_one_post(
+    slack: FakeSlack, client: SlackClient
+) -> None:
+    """Posted now, the message could not show the turn's changes before the edits queued ahead of them have gone:
+    so it waits (here far past `start_wait_s`) for a start or for its end, and costs one post and no edit."""
+    edits = EditScheduler(client, per_minute=1, burst=1, journal=FinalJournal(Finals()))
+    await edits.start()
+    try:
+        for i in range(30):  # other threads' final states, one a minute: half an hour of edits ahead
+            edits.update("C9", f"{i}.0", text=f"done {i}", final=True)
+        rig = Rig(slack, client, edits, Finals())
+        budget = HeldStarts()
+        turn, call = rig.turn(budget, start_wait_s=0.0), sleeper()
+        turn.add_text("Let me check.")
+        turn.end_text()
+        turn.add_calls([call])
+        opening = asyncio.create_task(turn.open(PLACE))
+        await asyncio.wait_for(budget.asked.wait(), WAIT_S)
+        assert not rig.posted, "with no backlog a start wait of 0 would have posted it already"
+        call.transition(CallStatus.RUNNING)
+        call.transition(CallStatus.COMPLETED)
+        turn.changed(call)
+        turn.add_text("Done.")
+        turn.finish()
+        await asyncio.wait_for(opening, WAIT_S)
+        assert turn.phase is Phase.DONE and [owed for *_, owed in rig.posted] == [True], "one post, owed"
+        assert [status for _, status, _ in shown(slack, turn.ts or "")[1]] == ["complete"]
+        assert not [c for c in slack.calls_to("chat.update") if c.params.get("channel") == "C1"]
+    finally:
+        await edits.close(timeout_s=0.1)

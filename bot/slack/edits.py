@@ -176,6 +176,11 @@ class EditScheduler:
         """Slack's edit budget is the workspace's: with `replicas` live processes each spends its share."""
         self._bucket.rate = self._per_minute / 60.0 / max(1, replicas)
 
+    def backlog_s(self) -> float:
+        """About how long the edits waiting now take to go at the budget's rate: how late a new message's next
+        state would be shown (an upper bound for a final, which goes ahead of progress)."""
+        return len(self._pending) / self._bucket.rate
+
     def resume(self, owed: list[OwedMessage]) -> None:
         """At start: the final states a previous process recorded but never got onto Slack, in line again."""
         for message in owed:

@@ -10,8 +10,9 @@ Stream or plain post: starts are the scarce thing (Tier 2, 20 a minute for the w
 never queues behind them. When it first has something to show, it streams if a start token is there now
 (for a turn already final, a start and a stop: it opens and closes in one go). If not, a turn already final
 is posted whole at once (one `chat.postMessage` through the post queue, owed: no stream, no edit); one not
-final waits up to `START_WAIT_S` for a start token or for its end, and is then streamed, or posted whole and
-from then on kept current by `chat.update` exactly like a stream Slack ended (below). Either way it is one
+final waits up to `START_WAIT_S` (or, while edits are backed up, as long as they would take) for a start token
+or for its end, and is then streamed, or posted whole and from then on kept current by `chat.update` exactly
+like a stream Slack ended (below). Either way it is one
 message per turn with its task cards, a per-call cancel reaction on it, and a final state that always lands.
 
 Slack ends a stream by itself: about five minutes after it started, after a pause, or whenever it likes;
@@ -67,7 +68,7 @@ PROGRESS_INTERVAL_S = 3.0
 """How often a running call's card is appended when only its progress line moved."""
 START_WAIT_S = 3.0
 """How long a turn with something to show but not final yet waits for a stream start (or for its end) when the
-workspace has no start token now: one refill of `chat.startStream`'s Tier 2 (20 a minute, one every 3 s), so a
+workspace has no start token now (longer while the edit budget is backed up: see `_start_token`): one refill of `chat.startStream`'s Tier 2 (20 a minute, one every 3 s), so a
 budget only just emptied by a burst still streams the next turn, and a turn that is about to end (an answer
 without calls mostly takes a second or two) is posted once, whole, with no edit. Beyond it, a start would be
 a queue: the turn is posted and kept current by `chat.update` instead."""
@@ -386,7 +387,10 @@ class TurnMessage:
         """Whether the stream may start now: the tokens it needs (a turn already final opens and closes it in one
         go: a start and a stop), now or, while the turn is not final, within `start_wait_s`. False: there are
         none to be had soon, and the turn is posted whole rather than kept waiting behind the workspace's starts."""
-        deadline = time.monotonic() + self._start_wait_s
+        # While edits are backed up, a message posted now could show none of the turn's changes before the edits
+        # queued ahead of them have gone: for that long it waits for a start or for its end instead, and a turn
+        # that ends meanwhile costs one post and no edit.
+        deadline = time.monotonic() + max(self._start_wait_s, self._edits.backlog_s())
         while True:
             methods = ("chat.startStream", "chat.stopStream") if self.final else ("chat.startStream",)
             if self._budget.try_spend(*methods):
