@@ -68,10 +68,11 @@ PROGRESS_INTERVAL_S = 3.0
 """How often a running call's card is appended when only its progress line moved."""
 START_WAIT_S = 3.0
 """How long a turn with something to show but not final yet waits for a stream start (or for its end) when the
-workspace has no start token now (longer while the edit budget is backed up: see `_start_token`): one refill of `chat.startStream`'s Tier 2 (20 a minute, one every 3 s), so a
-budget only just emptied by a burst still streams the next turn, and a turn that is about to end (an answer
-without calls mostly takes a second or two) is posted once, whole, with no edit. Beyond it, a start would be
-a queue: the turn is posted and kept current by `chat.update` instead."""
+workspace has no start token now (longer while the edit budget is backed up: see `_start_token`): one refill
+of `chat.startStream`'s Tier 2 (20 a minute, one every 3 s), so a budget only just emptied by a burst still
+streams the next turn, and a turn that is about to end (an answer without calls mostly takes a second or two)
+is posted once, whole, with no edit. Beyond it, a start would be a queue: the turn is posted and kept current
+by `chat.update` instead."""
 START_ATTEMPTS = 3
 """Failed starts (Slack unreachable, 5xx) before the turn is posted as a plain message instead."""
 TIERS_PER_MINUTE = {"chat.startStream": 20.0, "chat.appendStream": 100.0, "chat.stopStream": 20.0}
