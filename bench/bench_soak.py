@@ -176,10 +176,19 @@ class Watch:
             )
         )
 
+    def progress(self, s: Sample) -> None:
+        print(
+            f"  {s.at / 60:4.1f} min, run {s.run}: RSS {s.rss_mb:.1f} MB, {s.fds} fds, {s.tasks} tasks, "
+            f"database {s.db_mb:.1f} MB (holds {s.held_mb:.1f}), {s.owed} owed, {s.answered} answered",
+            flush=True,
+        )
+
     async def run(self, every_s: float) -> None:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
             while not self.soak.stop.is_set():
                 await self.sample(session)
+                if self.samples and len(self.samples) % max(1, round(60 / every_s)) == 0:
+                    self.progress(self.samples[-1])
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.soak.stop.wait(), every_s)
 
