@@ -80,7 +80,9 @@ class Figure:
     """Growth per 10 minutes (in `unit`) still taken as flat: noise, and a heap settling."""
     latency: bool = False
     """A window's figure is the p99 of all its values (not the median of its samples), a point of the fitted
-    line a minute's p99, and the tolerance a fraction of the start window's."""
+    line a minute's p99, and the tolerance a fraction of the start window's, at least `floor`."""
+    floor: float = 0.0
+    """The least tolerance of a latency: a few milliseconds of p99 come and go with the machine's other load."""
 
     def level(self, samples: list[Sample]) -> float | None:
         values = [v for s in samples for v in self.values(s)]
@@ -101,8 +103,8 @@ FIGURES = [
     Figure("RSS", "MB", lambda s: [s.rss_mb], 6.0),
     Figure("open fds", "", lambda s: [s.fds], 3.0),
     Figure("asyncio tasks", "", lambda s: [s.tasks], 10.0),
-    Figure("event → ack p99", "ms", lambda s: s.acks_ms, 0.5, latency=True),
-    Figure("answer p99 (plain)", "ms", lambda s: s.answers_ms, 0.5, latency=True),
+    Figure("event → ack p99", "ms", lambda s: s.acks_ms, 0.5, latency=True, floor=10.0),
+    Figure("answer p99 (plain)", "ms", lambda s: s.answers_ms, 0.5, latency=True, floor=100.0),
     Figure("rows owed", "", lambda s: [s.owed], 10.0),
     Figure("database files", "MB", lambda s: [s.db_mb], 0.0),
 ]
@@ -266,7 +268,7 @@ def verdicts(watch: Watch, warmup_s: float, window_s: float) -> bool:
                 print(f"  {figure.name:<22} {start:>10.1f} {end:>10.1f} {growth:>+13.1f}{unit:<3} {verdict}")
                 flat &= ok
                 continue
-            tolerance = figure.tolerance * start if figure.latency else figure.tolerance
+            tolerance = max(figure.tolerance * start, figure.floor) if figure.latency else figure.tolerance
             # Unbounded only when the line climbs and the end sits above the start by as much: one slow
             # window at either end of a noisy figure moves the line, or the ends, not both.
             gone = (end - start) * 600 / max(steady[-1].at - steady[0].at, 1.0)
