@@ -188,8 +188,9 @@ class Watch:
     async def run(self, every_s: float) -> None:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
             while not self.soak.stop.is_set():
+                taken = len(self.samples)
                 await self.sample(session)
-                if self.samples and len(self.samples) % max(1, round(60 / every_s)) == 0:
+                if len(self.samples) > taken and len(self.samples) % max(1, round(60 / every_s)) == 0:
                     self.progress(self.samples[-1])
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.soak.stop.wait(), every_s)
