@@ -671,3 +671,16 @@ async def test_words_the_model_was_asked_again_after_keep_their_message_when_cal
     await rig.settle()
     words, status = rig.posts()
     assert words.text == "Here is what I found." and "✅" in status.text
+
+
+async def test_a_finished_turns_answer_is_not_kept_in_the_sessions_state(rig: Rig) -> None:
+    """The edge remembers thousands of idle sessions (their address, who asked): not their last answers."""
+    rig.edge.turn_started(KEY)
+    rig.edge.text_delta(KEY, "Here is the answer.")
+    rig.edge.text_done(KEY)
+    rig.edge.turn_finished(TurnOutcome(KEY, text="Here is the answer.", turn_id=f"{KEY}#1"))
+    await rig.settle()
+    assert [m.text for m in rig.posts()] == ["Here is the answer."]
+    state = rig.edge.sessions.get(KEY)
+    assert state.last_reply is None and state.reply is None
+    assert state.unsent == []

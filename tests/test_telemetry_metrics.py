@@ -3,6 +3,8 @@ their labels, and a registry per instance (two daemons in one process never coun
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 import pytest
 from aiohttp import web
@@ -93,3 +95,15 @@ async def test_the_endpoint_serves_the_text_format_next_to_healthz() -> None:
                 assert (response.status, await response.json()) == (200, {"status": "ok"})
     finally:
         await runner.cleanup()
+
+
+async def test_the_tasks_gauge_counts_the_loops_tasks_not_done() -> None:
+    metrics = Metrics()
+    metrics.count_tasks(asyncio.get_running_loop())
+    before = _samples(metrics)[("threadbot_asyncio_tasks", ())]
+    release = asyncio.Event()
+    waiting = [asyncio.create_task(release.wait()) for _ in range(3)]
+    assert _samples(metrics)[("threadbot_asyncio_tasks", ())] == before + 3
+    release.set()
+    await asyncio.gather(*waiting)
+    assert _samples(metrics)[("threadbot_asyncio_tasks", ())] == before

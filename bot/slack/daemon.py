@@ -349,6 +349,7 @@ async def _until_set(*events: asyncio.Event | None) -> None:
 def _gauges(
     metrics: Metrics, core: Core, edge: SlackEdge, edits: EditScheduler, posts: PostQueue, ingress: Ingress
 ) -> None:
+    metrics.count_tasks(asyncio.get_running_loop())
     metrics.gauge("tool_calls_running", "tool calls running now", lambda: core.registry.running_count)
     metrics.gauge("handlers_in_flight", "Slack events being handled", lambda: len(ingress.tasks))
     metrics.gauge("sessions_posting", "sessions with Slack posts queued", lambda: edge.busy_sessions)

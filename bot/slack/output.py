@@ -278,10 +278,12 @@ class SlackEdge:
         if (answer := state.last_reply) is not None and outcome.turn_id and _rated(outcome):
             answer.rate(feedback_block(outcome.turn_id))
             self._put(key, answer.close_with)
+        state.last_reply = None
         if outcome.cancelled_by:
             self._notice(key, f"🛑 Stopped by {who(outcome.cancelled_by)}.")
         self._put(key, lambda: self._thinking.show(key, False))
         self._put(key, lambda: self._quiet.release(key, outcome.text), holdable=False)
+        self._put(key, functools.partial(self._forget_posted, key), holdable=False)
 
     async def repaint(self, orphans: list[ToolCall]) -> None:
         """At start: show calls a previous process left unfinished as 👻 on the status messages they were on."""
@@ -335,6 +337,12 @@ class SlackEdge:
             session.unsent.append(reply)
             session.last_reply = reply
         return session.reply
+
+    async def _forget_posted(self, key: str) -> None:
+        """Once a finished turn's queue has run: its answers are in Slack (or owed in the store), and the
+        session's state, remembered for thousands of idle sessions, keeps no copy of their text."""
+        state = self.sessions.get(key)
+        state.unsent[:] = [unsent for unsent in state.unsent if not unsent.finished_posting()]
 
     def _repost_status(self, message: StatusMessage) -> None:
         self._put(message.session_key, lambda: self._post_status(message.session_key, message))

@@ -8,6 +8,7 @@ up to date; histograms are fed by `observe` at the few places where a duration e
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Mapping
@@ -123,6 +124,12 @@ class Metrics:
 
     def gauge(self, name: str, help_text: str, read: Callable[[], float]) -> None:
         Gauge(PREFIX + name, help_text, registry=self.registry).set_function(lambda: float(read()))
+
+    def count_tasks(self, loop: asyncio.AbstractEventLoop) -> None:
+        """`asyncio_tasks`: the loop's tasks not done yet, counted when scraped. Work in flight comes and
+        goes; a count that keeps rising under steady load is a task kept alive per event (bench/bench_soak.py
+        watches it)."""
+        self.gauge("asyncio_tasks", "asyncio tasks not done on the event loop", lambda: len(asyncio.all_tasks(loop)))
 
     def counter_family(self, name: str, help_text: str, label: str, read: Callable[[], Mapping[str, float]]) -> None:
         """A counter kept elsewhere, one series per value of `label` (e.g. tokens by model), read when scraped."""
