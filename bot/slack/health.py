@@ -48,6 +48,7 @@ class SocketHealth:
         self._heard = asyncio.Event()
         self._watchdog: asyncio.Task[None] | None = None
         self.sessions = 0
+        self._greeted: object | None = None  # the websocket Slack last said `hello` on
         self.last_envelope_at: float | None = None
         self._arrived: dict[str, float] = {}  # envelope id -> when its frame came in, until it is acked
         client.on_message_listeners.append(self._on_message)
@@ -61,11 +62,11 @@ class SocketHealth:
     @property
     def connected(self) -> bool:
         """An open websocket on which Slack has said `hello`, which the SDK does not consider stale (it sets
-        `stale` when pongs stop). Until the hello, Slack sends no events on it."""
+        `stale` when pongs stop). Until its hello, Slack sends no events on a new connection."""
         session = self._client.current_session
         if session is None or session.closed or self._client.stale or self._client.closed:
             return False
-        return self.sessions > 0
+        return session is self._greeted
 
     def report(self) -> Report:
         last_pong = self._client.last_ping_pong_time
@@ -98,6 +99,7 @@ class SocketHealth:
                 self._arrived[str(envelope["envelope_id"])] = time.monotonic()
             if envelope.get("type") == "hello":
                 self.sessions += 1
+                self._greeted = self._client.current_session
                 if self.sessions > 1:
                     self._metrics.inc("socket_reconnects_total")
                     log.info("Socket Mode reconnected (session %d)", self.sessions)
