@@ -54,11 +54,12 @@ class Turns:
 
 @pytest.fixture
 async def replicas(dsn: str) -> AsyncIterator[tuple[Turns, ThreadJobs, ThreadJobs]]:
-    """Two replicas' ThreadJobs on one database, one recording handler; polling is off (60 s), so every
-    start comes from a notification."""
+    """Two replicas' ThreadJobs on one database, one recording handler. Their polling (every 2 s) only backs
+    up a notification missed while a worker starts: procrastinate begins listening beside its first fetch, so a
+    job deferred between the two is seen at the next poll (the suite once waited out a 60 s one)."""
     turns = Turns()
-    a = ThreadJobs(dsn=dsn, run=turns.run, worker_name="a", heartbeat_s=0.5, poll_s=60)
-    b = ThreadJobs(dsn=dsn, run=turns.run, worker_name="b", heartbeat_s=0.5, poll_s=60)
+    a = ThreadJobs(dsn=dsn, run=turns.run, worker_name="a", heartbeat_s=0.5, poll_s=2)
+    b = ThreadJobs(dsn=dsn, run=turns.run, worker_name="b", heartbeat_s=0.5, poll_s=2)
     async with a, b:
         await a.start(concurrency=4)
         await b.start(concurrency=4)
