@@ -78,10 +78,8 @@ class StatusBoard:
                 message.deferred = True
                 self._repost_if_final(message)  # its calls may have ended while it was being tried
             return
-        channel, ts = where
-        message.channel, message.ts, message.shown = channel, ts, text
-        self._by_ts[(channel, ts)] = message
-        self._trim()
+        message.shown = text
+        self._place(message, *where)
         if message.final:
             self._forget(message)
         else:
@@ -91,10 +89,14 @@ class StatusBoard:
         """Show the batch on a message already in its thread (the model's words before the calls, posted before the
         edge heard of them), edited into the status message instead of a post of its own."""
         message.posting = False
+        self._place(message, channel, ts)
+        self.refresh(message)
+
+    def _place(self, message: StatusMessage, channel: str, ts: str) -> None:
+        """The message is at (channel, ts) in Slack: found there by reactions and cancels from now on."""
         message.channel, message.ts = channel, ts
         self._by_ts[(channel, ts)] = message
         self._trim()
-        self.refresh(message)
 
     def changed(self, call: ToolCall) -> bool:
         """A call moved on: re-render the message that shows it (the scheduler keeps only the newest state).
