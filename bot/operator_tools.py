@@ -2,8 +2,9 @@
 
 A module provides its tools as module-level `Tool` objects (built with
 `tools.base.tool`). An entry point may name a `Tool`, a module, or a list of
-`Tool`s. Every tool keeps its origin, so that two tools with one name stop the
-daemon at start with an error naming both, instead of one silently hiding the other.
+`Tool`s. Every tool keeps its origin, so that two tools with one name, or a schema
+that is not JSON Schema, stop the daemon at start with an error naming where the
+tool came from, instead of one silently hiding the other or failing at its first call.
 """
 
 from __future__ import annotations
@@ -32,6 +33,18 @@ def module_tools(module: ModuleType) -> list[Tool]:
     return [value for value in vars(module).values() if isinstance(value, Tool)]
 
 
+def _sourced(tools: Iterable[Tool], origin: str) -> list[SourcedTool]:
+    from jsonschema import Draft202012Validator  # only a daemon with tools of its operator's pays the import
+    from jsonschema.exceptions import SchemaError
+
+    for item in tools:
+        try:
+            Draft202012Validator.check_schema(item.input_schema)
+        except SchemaError as exc:
+            raise ConfigError(f"{origin}: tool {item.name!r} has an invalid input schema: {exc.message}") from None
+    return [SourcedTool(item, origin) for item in tools]
+
+
 def load_module_tools(names: Iterable[str]) -> list[SourcedTool]:
     found: list[SourcedTool] = []
     for name in names:
@@ -42,7 +55,7 @@ def load_module_tools(names: Iterable[str]) -> list[SourcedTool]:
         tools = module_tools(module)
         if not tools:
             raise ConfigError(f"BOT_TOOL_MODULES: module {name!r} defines no Tool (build them with tools.base.tool)")
-        found.extend(SourcedTool(item, f"module {name}") for item in tools)
+        found.extend(_sourced(tools, f"module {name}"))
     return found
 
 
@@ -63,7 +76,7 @@ def load_entry_point_tools(points: Iterable[EntryPoint] | None = None) -> list[S
             tools = list(loaded)
         else:
             raise ConfigError(f"{origin}: names a {type(loaded).__name__}, not a Tool, a list of Tools or a module")
-        found.extend(SourcedTool(item, origin) for item in tools)
+        found.extend(_sourced(tools, origin))
     return found
 
 

@@ -92,3 +92,36 @@ def test_modules_that_cannot_be_used_are_clear_errors(tmp_path: Path, monkeypatc
     distribution(tmp_path, monkeypatch, f"broken = {empty}:VALUE")
     with pytest.raises(ConfigError, match="names a int, not a Tool"):
         load_entry_point_tools()
+
+
+def test_a_tool_whose_schema_is_not_json_schema_stops_the_start_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken = module(
+        tmp_path,
+        monkeypatch,
+        """
+        from tools.base import tool
+
+        @tool("broken", "Bad schema.", {"x": {"type": "no-such-type"}})
+        async def broken(args, ctx):
+            return None
+        """,
+    )
+    with pytest.raises(ConfigError, match=f"module {broken}: tool 'broken' has an invalid input schema: "):
+        load_module_tools([broken])
+    distribution(tmp_path, monkeypatch, f"broken = {broken}:broken")
+    with pytest.raises(ConfigError, match=r"entry point broken = .* tool 'broken' has an invalid input schema"):
+        load_entry_point_tools()
+
+
+async def test_every_tool_the_daemon_offers_itself_has_a_valid_schema(core_factory: CoreFactory) -> None:
+    """Only the operator's and the MCP servers' schemas are checked when the daemon starts; its own are
+    checked here, every built-in and system tool of a daemon with the shell on."""
+    from jsonschema import Draft202012Validator
+
+    core = await core_factory(bot_enable_shell=True)
+    specs = core.toolbox.specs()
+    assert {"run_command", "wait_for", "cancel_tool_call"} <= {spec["name"] for spec in specs}
+    for spec in specs:
+        Draft202012Validator.check_schema(spec["input_schema"])

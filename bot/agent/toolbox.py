@@ -3,18 +3,22 @@
 Fixed tools (built-in, system, the operator's) are added once. A source (the MCP
 servers) can change its tools while the daemon runs, so it is asked again at every
 lookup; a fixed tool wins over a source's tool of the same name.
+
+Schemas are checked where tools come from outside (the operator's loader, the MCP
+source), so that a bad one is refused with its origin; a validator is built at a
+tool's first call, which keeps jsonschema off the start-up path.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Protocol
-
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
+from typing import TYPE_CHECKING, Protocol
 
 from bot.toolcall import JSON
 from tools.base import Tool
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
 
 
 class ToolSource(Protocol):
@@ -32,9 +36,7 @@ class Toolbox:
             self.add(item)
 
     def add(self, item: Tool) -> None:
-        Draft202012Validator.check_schema(item.input_schema)
         self._tools[item.name] = item
-        self._validators[item.name] = (item, Draft202012Validator(item.input_schema))
 
     def add_source(self, source: ToolSource) -> None:
         self._sources.append(source)
@@ -65,7 +67,8 @@ class Toolbox:
         cached = self._validators.get(item.name)
         if cached is not None and cached[0] is item:
             return cached[1]
-        # A source's tool; its schema was checked when the source built it.
+        from jsonschema import Draft202012Validator
+
         validator = Draft202012Validator(item.input_schema)
         self._validators[item.name] = (item, validator)
         return validator
@@ -77,6 +80,8 @@ class Toolbox:
             return f"unknown tool {name!r}; available tools: {', '.join(self.names)}"
         if not isinstance(args, dict):
             return "arguments must be a JSON object"
+        from jsonschema.exceptions import best_match
+
         error = best_match(self._validator(item).iter_errors(args))
         if error is None:
             return None

@@ -63,6 +63,7 @@ log = logging.getLogger(__name__)
 
 EVENTS_PATH = "/slack/events"
 INGRESS_GRACE_S = 5.0
+LATE_IMPORTS = ("bot.model.anthropic", "jsonschema")
 LISTENER_SHUTDOWN_S = 2.0  # per aiohttp listener (Events API, metrics): open requests get this long
 
 
@@ -228,9 +229,11 @@ async def _freeze_start_up() -> None:
     """What start-up built (modules, clients, the app: some 200k objects) lives as long as the daemon. Left
     in the collector's generations, every full collection walks all of it on the event loop, a pause of
     150-250 ms that lands on whatever event is being acked; frozen, collections see only what came after.
-    The model SDK is part of it: it is imported in a worker thread while the daemon connects
-    (bot/model/client.py), and waited for here, off the loop, before the freeze."""
-    await asyncio.to_thread(importlib.import_module, "bot.model.anthropic")
+    What start-up leaves out to say hello sooner is part of it, imported here in a worker thread so that no
+    first turn pays for it on the loop: the model SDK (its import began while the daemon connected,
+    bot/model/client.py) and jsonschema, which checks a call's arguments (bot/agent/toolbox.py)."""
+    for module in LATE_IMPORTS:
+        await asyncio.to_thread(importlib.import_module, module)
     gc.collect()
     gc.freeze()
 
