@@ -177,3 +177,19 @@ async def test_a_post_given_up_while_waiting_holds_up_nothing(slack: FakeSlack, 
     await asyncio.gather(first, later)
     assert given_up.cancelled() and posted(slack, "C1") == ["on the wire", "still posted"]
     assert posts.waiting == 0
+
+
+async def test_a_channels_backlog_is_its_waiting_posts_at_its_rate(slack: FakeSlack, client: SlackClient) -> None:
+    clock = Clock()
+    posts = PostQueue(client, clock=clock, per_second=2.0)
+    assert posts.backlog_s("C1") == 0.0, "a channel never posted in waits for nothing"
+    release = slack.hold("chat.postMessage")
+    first = asyncio.create_task(posts.post(channel="C1", text="on the wire"))
+    await slack.wait_for(lambda: slack.pending, 5, "the first post at Slack")
+    waiting = [asyncio.create_task(posts.post(channel="C1", text=f"next {i}")) for i in range(4)]
+    await queued(posts, 4)
+    assert posts.backlog_s("C1") == pytest.approx(2.0), "four posts ahead at two a second"
+    assert posts.backlog_s("C2") == 0.0
+    release.set()
+    await asyncio.gather(first, *waiting)
+    assert posts.backlog_s("C1") == 0.0

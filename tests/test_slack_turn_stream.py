@@ -47,6 +47,7 @@ class Rig:
         self.slack, self.client, self.edits, self.finals = slack, client, edits, finals
         self.refusals: list[str] = []
         self.posted: list[tuple[str, list[Block], bool]] = []
+        self.post_backlog_s = 0.0  # how long the channel's posts are said to be backed up
 
     def turn(self, budget: StreamBudget | None = None, *, start_wait_s: float = WAIT_S) -> TurnMessage:
         async def post(text: str, blocks: list[Block], owed: bool) -> tuple[str, str] | None:
@@ -60,6 +61,7 @@ class Rig:
             edits=self.edits,
             budget=budget or StreamBudget(scale=100),
             post=post,
+            post_backlog_s=lambda channel: self.post_backlog_s,
             refused=self.refusals.append,
             append_interval_s=0.01,
             start_wait_s=start_wait_s,
@@ -298,6 +300,31 @@ async def test_a_429_on_append_pauses_the_stream_and_loses_nothing(rig: Rig) -> 
     await rig.until(lambda: turn.phase is Phase.DONE, "the stream stopped")
     assert shown(rig.slack, turn.ts or "")[0] == "One two three."
     assert not rig.slack.calls_to("chat.update"), "a pause is not the end of the stream"
+
+
+async def test_a_turn_waits_for_its_end_while_its_channels_posts_are_backed_up_and_is_then_one_post(
+    rig: Rig,
+) -> None:
+    """Posted now, the message would only wait in its channel's line and land showing what it showed when
+    queued: so it waits (past `start_wait_s`) for a start or for its end, and costs one post and no edit."""
+    rig.post_backlog_s = 600.0
+    budget = HeldStarts()
+    turn, call = rig.turn(budget, start_wait_s=0.0), sleeper()
+    turn.add_text("Let me check.")
+    turn.end_text()
+    turn.add_calls([call])
+    opening = asyncio.create_task(turn.open(PLACE))
+    await asyncio.wait_for(budget.asked.wait(), WAIT_S)
+    assert not rig.posted, "with no backlog a start wait of 0 would have posted it already"
+    call.transition(CallStatus.RUNNING)
+    call.transition(CallStatus.COMPLETED)
+    turn.changed(call)
+    turn.add_text("Done.")
+    turn.finish()
+    await asyncio.wait_for(opening, WAIT_S)
+    assert turn.phase is Phase.DONE and [owed for *_, owed in rig.posted] == [True], "one post, owed"
+    assert [status for _, status, _ in shown(rig.slack, turn.ts or "")[1]] == ["complete"]
+    assert not rig.slack.calls_to("chat.update")
 
 
 async def test_a_turn_waits_for_its_end_while_edits_are_backed_up_and_is_then_one_post(

@@ -166,6 +166,15 @@ class PostQueue:
         """Posts queued for their channel's turn (not those on the wire)."""
         return sum(1 for pace in self._channels.values() for *_, granted in pace.waiting if not granted.done())
 
+    def backlog_s(self, channel: str) -> float:
+        """About how long a post queued in `channel` now would wait: the posts ahead of it at the rate Slack
+        is believed to allow, after a pause it asked for."""
+        pace = self._channels.get(channel)
+        if pace is None:
+            return 0.0
+        ahead = sum(1 for *_, granted in pace.waiting if not granted.done())
+        return max(0.0, pace.paused_until - self._clock()) + ahead / pace.bucket.rate
+
     def allowance(self, channel: str) -> tuple[float, float]:
         """The (posts a second, burst) this queue now believes Slack allows in `channel`."""
         bucket = self._channel(channel).bucket

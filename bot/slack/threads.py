@@ -52,6 +52,9 @@ class ThreadPosts:
     def owed(self) -> int:
         return self.outbox.owed
 
+    def backlog_s(self, channel: str) -> float:
+        return self._posts.backlog_s(channel)
+
     async def post(
         self,
         key: str,

@@ -10,10 +10,10 @@ Stream or plain post: starts are the scarce thing (Tier 2, 20 a minute for the w
 never queues behind them. When it first has something to show, it streams if a start token is there now
 (for a turn already final, a start and a stop: it opens and closes in one go). If not, a turn already final
 is posted whole at once (one `chat.postMessage` through the post queue, owed: no stream, no edit); one not
-final waits up to `START_WAIT_S` (or, while edits are backed up, as long as they would take) for a start token
-or for its end, and is then streamed, or posted whole and from then on kept current by `chat.update` exactly
-like a stream Slack ended (below). Either way it is one
-message per turn with its task cards, a per-call cancel reaction on it, and a final state that always lands.
+final waits up to `START_WAIT_S` (or, while edits or its channel's posts are backed up, as long as they would
+take) for a start token or for its end, and is then streamed, or posted whole and from then on kept current
+by `chat.update` exactly like a stream Slack ended (below). Either way it is one message per turn with its
+task cards, a per-call cancel reaction on it, and a final state that always lands.
 
 Slack ends a stream by itself: about five minutes after it started, after a pause, or whenever it likes;
 `chat.appendStream` and `chat.stopStream` then answer `message_not_in_streaming_state`. That is never the
@@ -165,12 +165,13 @@ class TurnMessage:
         edits: EditScheduler,
         budget: StreamBudget,
         post: Poster,
+        post_backlog_s: Callable[[str], float],
         refused: Callable[[str], None],
         append_interval_s: float = APPEND_INTERVAL_S,
         start_wait_s: float = START_WAIT_S,
     ) -> None:
-        """`post` posts in the session's thread (owed: the outbox delivers it); `refused` hears the error of a
-        `chat.startStream` Slack refused."""
+        """`post` posts in the session's thread (owed: the outbox delivers it), `post_backlog_s` says how long
+        a post in a channel would wait now; `refused` hears the error of a `chat.startStream` Slack refused."""
         self.session_key = session_key
         self.text = ""
         self._break = False  # the model's last answer ended: its next one starts a new paragraph
@@ -183,6 +184,7 @@ class TurnMessage:
         self._edits = edits
         self._budget = budget
         self._post = post
+        self._post_backlog_s = post_backlog_s
         self._refused = refused
         self._interval_s = append_interval_s
         self._start_wait_s = start_wait_s
@@ -389,9 +391,11 @@ class TurnMessage:
         go: a start and a stop), now or, while the turn is not final, within `start_wait_s`. False: there are
         none to be had soon, and the turn is posted whole rather than kept waiting behind the workspace's starts."""
         # While edits are backed up, a message posted now could show none of the turn's changes before the edits
-        # queued ahead of them have gone: for that long it waits for a start or for its end instead, and a turn
-        # that ends meanwhile costs one post and no edit.
-        deadline = time.monotonic() + max(self._start_wait_s, self._edits.backlog_s())
+        # queued ahead of them have gone; while its channel's posts are, it would only wait in line, and land
+        # showing what it showed when queued. For that long it waits for a start or for its end instead, and a
+        # turn that ends meanwhile costs one post and no edit.
+        backlog_s = max(self._edits.backlog_s(), self._post_backlog_s(self.channel) if self.channel else 0.0)
+        deadline = time.monotonic() + max(self._start_wait_s, backlog_s)
         while True:
             methods = ("chat.startStream", "chat.stopStream") if self.final else ("chat.startStream",)
             if self._budget.try_spend(*methods):

@@ -64,6 +64,7 @@ class AgentTurns:
                 edits=self._edits,
                 budget=self._budget,
                 post=functools.partial(self._post, key),
+                post_backlog_s=self._threads.backlog_s,
                 refused=self._refused,
             )
             self._current[key] = turn
