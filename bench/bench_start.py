@@ -3,7 +3,8 @@
 Run: `.venv/bin/python bench/bench_start.py [runs]` (about half a minute; 5 runs by default). Prints figures;
 asserts nothing. Target: spawn → hello ≤ 0.6 s with the default configuration (SQLite, no MCP servers, no
 heartbeat file). Baseline, measured in the same run: a bare bolt app on Socket Mode whose listeners do nothing
-(bench_slack.py's `--baseline-app`), which is as fast as a Python Slack daemon can say hello here.
+(bench_slack.py's `--baseline-app`), which is as fast as a Python Slack daemon can say hello here, and the
+baseline tree `BENCH_BASELINE_TREE` (bench_slack.py's, 45f8fd7 by default) started the same way.
 
 The timeline is read off the fake Slack: when the process was spawned, when its first Web API call arrived
 (`auth.test`: Python, the imports and the settings are done), when it asked for a socket
@@ -33,7 +34,7 @@ HERE = Path(__file__).resolve()
 ROOT = HERE.parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from bench_slack import _env, _spawn, _stop  # noqa: E402
+from bench_slack import BASELINE_TREE, _env, _spawn, _stop  # noqa: E402
 from fakes.anthropic_api import FakeAnthropic, Reply, tool_use  # noqa: E402
 from fakes.slack_api import FakeSlack  # noqa: E402
 
@@ -106,8 +107,10 @@ def _report(name: str, runs: list[dict[str, float]]) -> None:
 
 async def main(runs: int) -> None:
     print(f"threadbot start-up benchmark ({os.cpu_count()} CPUs, Python {sys.version.split()[0]})\n")
-    for package in ("bot", "tools"):
-        compileall.compile_dir(ROOT / package, quiet=1)
+    trees = [ROOT, BASELINE_TREE] if BASELINE_TREE.exists() else [ROOT]
+    for tree in trees:
+        for package in ("bot", "tools"):
+            compileall.compile_dir(tree / package, quiet=1)
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp)
         async with FakeSlack() as slack, FakeAnthropic() as model:
@@ -115,11 +118,20 @@ async def main(runs: int) -> None:
             bare = [str(HERE.parent / "bench_slack.py"), "--baseline-app"]
             baseline = [await _one_start(slack, env, data, bare) for _ in range(runs)]
             fresh = [await _one_start(slack, env, data, ["-m", "bot", "run"]) for _ in range(runs)]
+            before: list[dict[str, float]] = []
+            for tree in trees[1:]:  # a data dir of its own: an older tree may not open this tree's schema
+                (home := data / tree.name).mkdir()
+                tree_env = _env(slack, model, home) | {"PYTHONPATH": str(tree)}
+                before += [await _one_start(slack, tree_env, home, ["-m", "bot", "run"]) for _ in range(runs)]
             await _work_to_resume(slack, model, env, data)
             resumed = [await _one_start(slack, env, data, ["-m", "bot", "run"])]
     print("spawn → Socket Mode hello (target ≤ 600 ms; marks are the first auth.test, apps.connections.open, hello)")
     _report("baseline: bare bolt app", baseline)
     _report("threadbot run", fresh)
+    if before:
+        _report(f"baseline tree {BASELINE_TREE.name}, run", before)
+    else:
+        print(f"  (no baseline tree at {BASELINE_TREE}: git worktree add {BASELINE_TREE} 45f8fd7)")
     _report(f"threadbot run, {RESUME_THREADS} calls to resume", resumed)
     total, packages = import_profile()
     print(f"\nimports before hello: {total * 1000:.0f} ms in all, by package (self time):")
