@@ -25,8 +25,8 @@ configurable), so a faster fake would change nothing but the 429s.
     final state was; finals lost (a thread whose call never showed as done within the wait's bound, 120 s + 6 s a
     thread), and the 429s Slack answered that daemon (any method, named below the table). The daemons share the
     machine's 2 cores; each has its own workspace, so its own limits. 1,000 threads take classic mode about 50
-    minutes in one channel (1 post a second), agent mode about 20 over ten channels (50 edits a minute for the
-    turns posted while they ran): `--sizes 1000 --modes agent --channels 10` measures one at a time.
+    minutes in one channel (1 post a second), agent mode about 2 over ten channels:
+    `--sizes 1000 --modes agent --channels 10` measures one at a time.
 """
 
 from __future__ import annotations
