@@ -231,10 +231,13 @@ async def _freeze_start_up() -> None:
     150-250 ms that lands on whatever event is being acked; frozen, collections see only what came after.
     What start-up leaves out to say hello sooner is part of it, imported here in a worker thread so that no
     first turn pays for it on the loop: the model SDK (its import began while the daemon connected,
-    bot/model/client.py) and jsonschema, which checks a call's arguments (bot/agent/toolbox.py)."""
+    bot/model/client.py) and jsonschema, which checks a call's arguments (bot/agent/toolbox.py).
+
+    Frozen without a collection first: that collection would be the very pause this avoids, with the GIL held
+    (the Socket Mode thread's acks wait for it too), to free the few hundred objects start-up leaves
+    unreachable, which stay instead."""
     for module in LATE_IMPORTS:
         await asyncio.to_thread(importlib.import_module, module)
-    gc.collect()
     gc.freeze()
 
 
