@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+import time
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -27,18 +28,23 @@ def backoff_s(attempt: int, *, first_s: float, max_s: float, jitter: float = 0.0
 
 
 class TokenBucket:
-    """``capacity`` calls at once, refilled at ``rate`` per second. Pure (time is passed in) so it tests alone."""
+    """A rate budget: ``capacity`` calls at once, refilled at ``rate`` per second, and paused while the other side
+    asks for a pause (a 429's ``Retry-After``). Pure (time is passed in) so it tests alone."""
 
     def __init__(self, rate: float, capacity: int, now: float) -> None:
+        self.full_rate = rate
+        """The rate for one process alone; `share` divides it among live replicas."""
         self.rate = rate
         self.capacity = float(capacity)
         self.tokens = float(capacity)
         self.updated = now
+        self.paused_until = 0.0
 
     def wait_s(self, now: float) -> float:
-        """Seconds until a token is available (0: now)."""
+        """Seconds until a token is available and no pause holds it back (0: now)."""
         self._refill(now)
-        return 0.0 if self.tokens >= 1.0 - 1e-9 else (1.0 - self.tokens) / self.rate
+        refill_s = 0.0 if self.tokens >= 1.0 - 1e-9 else (1.0 - self.tokens) / self.rate
+        return max(self.paused_until - now, refill_s)
 
     def take(self, now: float) -> None:
         self._refill(now)
@@ -62,9 +68,32 @@ class TokenBucket:
         self._refill(now)
         self.tokens = min(self.tokens, 0.0)
 
+    def pause(self, now: float, seconds: float) -> None:
+        """No token for `seconds` from `now` (a longer pause already set stands)."""
+        self.paused_until = max(self.paused_until, now + seconds)
+
+    def rate_limited(self, now: float, retry_after_s: float) -> None:
+        """The other side answered 429: nothing saved counts, and nothing goes before its `Retry-After`."""
+        self.pause(now, retry_after_s)
+        self.drain(now)
+
+    def share(self, replicas: int) -> None:
+        """The budget is the workspace's: with `replicas` live processes each spends its share."""
+        self.rate = self.full_rate / max(1, replicas)
+
     def _refill(self, now: float) -> None:
         self.tokens = min(self.capacity, self.tokens + max(0.0, now - self.updated) * self.rate)
         self.updated = max(self.updated, now)
+
+
+async def spend(bucket: TokenBucket, clock: Callable[[], float] = time.monotonic) -> None:
+    """Wait for a token of `bucket` (and the end of its pause), then take it."""
+    while True:
+        wait_s = bucket.wait_s(clock())
+        if wait_s <= 0:
+            bucket.take(clock())
+            return
+        await asyncio.sleep(wait_s)
 
 
 class NotAccepting(Exception):

@@ -49,6 +49,21 @@ def test_a_token_bucket_takes_without_waiting_or_says_no() -> None:
     assert bucket.try_take(1.0)
 
 
+def test_a_token_bucket_pauses_and_shares() -> None:
+    bucket = TokenBucket(rate=1.0, capacity=2, now=0.0)
+    bucket.pause(0.0, 5.0)
+    assert bucket.wait_s(1.0) == pytest.approx(4.0) and not bucket.try_take(1.0), "paused: no token though two saved"
+    bucket.pause(1.0, 1.0)
+    assert bucket.wait_s(1.0) == pytest.approx(4.0), "a shorter pause does not cut a longer one short"
+    assert bucket.try_take(5.0) and bucket.tokens == 1, "the pause spent nothing"
+    bucket.rate_limited(5.0, 2.0)
+    assert bucket.tokens == 0 and bucket.wait_s(5.0) == pytest.approx(2.0), "a 429 pauses and drains"
+    bucket.share(4)
+    assert bucket.rate == 0.25
+    bucket.share(1)
+    assert bucket.rate == 1.0
+
+
 async def test_a_failure_is_logged_once_with_the_tasks_name(caplog: pytest.LogCaptureFixture) -> None:
     tasks = TaskSet()
 

@@ -20,7 +20,7 @@ from test_console import bot_env, run_bot
 
 from bot.agent.turn import INCOMPLETE_CALL
 from bot.app import Core
-from bot.model.stream_reader import StreamReader, StreamStalled
+from bot.model.stream_reader import StreamReader, StreamStalled, ToolInputs
 from bot.toolcall import CallStatus
 from tools.base import Tool, ToolContext
 
@@ -118,6 +118,21 @@ async def _cut_call_is_an_error_result(core: Core, fake: FakeAnthropic, *, disco
     result = follow_up["messages"][-1]["content"][0]
     assert result["is_error"] is True
     assert fake.rejections == []
+
+
+def test_each_call_input_is_parsed_once_when_its_block_closes(monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed: list[str] = []
+    loads = json.loads
+    monkeypatch.setattr(json, "loads", lambda text: parsed.append(text) or loads(text))
+    inputs = ToolInputs()
+    for index, partial in enumerate(['{"a": 1}', '{"a": ', "", '{"b"']):
+        inputs.start(index, {"type": "tool_use", "id": f"t{index}"})
+        inputs.add(index, partial)
+    for index in (0, 1, 2):  # t3 is cut off before its block closes
+        inputs.close(index)
+    assert inputs.inputs() == {0: {"a": 1}, 1: {}, 3: {}}, "t2 streamed no input: its own stands"
+    assert inputs.incomplete() == {"t1", "t3"}
+    assert parsed == ['{"a": 1}', '{"a": '], "each closed input parsed once, however often it is asked for"
 
 
 async def test_a_tool_call_cut_by_the_output_limit_is_not_run(core: Core, fake: FakeAnthropic) -> None:

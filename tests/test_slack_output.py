@@ -15,6 +15,7 @@ from fakes.slack_api import FakeSlack, StoredMessage
 
 from bot.clock import utcnow
 from bot.errors import SlackRateLimited
+from bot.slack import sessions as sessions_module
 from bot.slack.agent_session import AgentSessions
 from bot.slack.client import SlackClient
 from bot.slack.edits import EditScheduler
@@ -382,6 +383,25 @@ async def test_user_timezone_comes_from_users_info_once(rig: Rig) -> None:
     assert await rig.edge.sessions.user_timezone(KEY) == "Europe/Paris"
     assert len(rig.slack.calls_to("users.info")) == 1
     assert await rig.edge.sessions.user_timezone("slack:T1:C1:nope") is None
+
+
+async def test_the_profile_cache_keeps_only_the_people_asked_about_last(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sessions_module, "REMEMBER_PROFILES", 2)
+    sessions = rig.edge.sessions
+    for user in ("U1", "U2", "U1", "U3"):  # U1 asked again: U2 is now the least recently used
+        await sessions.speaker(user)
+
+    def asked() -> list[str]:
+        return [call.params["user"] for call in rig.slack.calls_to("users.info")]
+
+    assert asked() == ["U1", "U2", "U3"]
+    await sessions.speaker("U1")
+    await sessions.speaker("U3")
+    assert asked() == ["U1", "U2", "U3"], "the two asked about last are still cached"
+    await sessions.speaker("U2")
+    assert asked() == ["U1", "U2", "U3", "U2"], "U2, the least recently used, was forgotten: asked again"
 
 
 async def test_request_messages_and_requesters_are_remembered(rig: Rig) -> None:

@@ -33,56 +33,50 @@ class StreamStalled(Exception):
 
 @dataclass(slots=True)
 class ToolInputs:
-    """The raw JSON each tool call block streamed, and whether its block was closed."""
+    """The raw JSON each tool call block streams, parsed once, when its block closes."""
 
     _ids: dict[int, str] = field(default_factory=dict)
-    _json: dict[int, list[str]] = field(default_factory=dict)
-    _closed: set[int] = field(default_factory=set)
+    _open: dict[int, list[str]] = field(default_factory=dict)
+    """The JSON parts of blocks not closed yet."""
+    _parsed: dict[int, JSON] = field(default_factory=dict)
+    """The input of each closed block that streamed one: what its JSON says, an empty object if it does not parse."""
+    _whole: set[int] = field(default_factory=set)
+    """Closed blocks whose input parsed, or that streamed none (the block's own, empty, input stands)."""
 
     def start(self, index: int, block: dict[str, Any]) -> None:
         if block["type"] == "tool_use":
             self._ids[index] = block["id"]
-        self._json[index] = []
+        self._open[index] = []
 
     def add(self, index: int, partial_json: str) -> None:
-        parts = self._json.get(index)
+        parts = self._open.get(index)
         if parts is not None:
             parts.append(partial_json)
 
     def close(self, index: int) -> None:
-        self._closed.add(index)
+        parts = self._open.pop(index, None)
+        if parts is None:
+            return  # not a call block
+        text = "".join(parts)
+        if not text.strip():
+            self._whole.add(index)  # no input deltas at all: the block's own (empty) input stands
+            return
+        try:
+            self._parsed[index] = json.loads(text)
+        except ValueError:
+            self._parsed[index] = {}
+        else:
+            self._whole.add(index)
 
     def inputs(self) -> dict[int, JSON]:
         """The input of each call block that streamed one, as it goes back in the history: what its JSON
         says when it is whole, an empty object when it is not (`incomplete()` then refuses the call)."""
-        found: dict[int, JSON] = {}
-        for index, parts in self._json.items():
-            text = "".join(parts)
-            if not text.strip():
-                continue  # no input deltas at all: the block's own (empty) input stands
-            try:
-                found[index] = json.loads(text) if index in self._closed else {}
-            except ValueError:
-                found[index] = {}
-        return found
+        cut_off: dict[int, JSON] = {index: {} for index, parts in self._open.items() if "".join(parts).strip()}
+        return self._parsed | cut_off
 
     def incomplete(self) -> frozenset[str]:
         """Ids of tool_use blocks whose input was not streamed to the end, or does not parse."""
-        return frozenset(
-            call_id
-            for index, call_id in self._ids.items()
-            if index not in self._closed or not _is_whole_json("".join(self._json[index]))
-        )
-
-
-def _is_whole_json(text: str) -> bool:
-    if not text.strip():
-        return True  # no input deltas at all: the block's own (empty) input stands
-    try:
-        json.loads(text)
-    except ValueError:
-        return False
-    return True
+        return frozenset(call_id for index, call_id in self._ids.items() if index not in self._whole)
 
 
 class _IdleWatch:

@@ -37,7 +37,7 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.concurrency import TaskSet, TokenBucket
+from bot.concurrency import TaskSet, TokenBucket, spend
 from bot.errors import SlackRateLimited, SlackResponseError, SlackUnavailable, SlackUnreachable
 from bot.slack.prompts import REFUSALS
 from bot.store import ReminderKind, Store
@@ -99,7 +99,6 @@ class AgentSessions:
         self, client: AsyncWebClient, store: Store, *, per_minute: float = PER_MINUTE, retry_s: float = RETRY_S
     ) -> None:
         self._client = client
-        self._per_minute = per_minute
         self._retry_s = retry_s
         self._bucket = TokenBucket(per_minute / 60.0, BURST, time.monotonic())
         self._store = store
@@ -119,7 +118,7 @@ class AgentSessions:
 
     def share_budget(self, replicas: int) -> None:
         """The budget is the workspace's: with `replicas` live processes each spends its share."""
-        self._bucket.rate = self._per_minute / 60.0 / max(1, replicas)
+        self._bucket.share(replicas)
 
     # -- what the edge reports ----------------------------------------------------------------
 
@@ -180,15 +179,9 @@ class AgentSessions:
         if await self._target(key) is None or await self._current(key) == self._session(key).sent:
             self._dirty.pop(key, None)  # nowhere to say it, or nothing new: no token spent
             return
-        await self._take_token()
+        await spend(self._bucket)
         self._dirty.pop(key, None)
         await self._send(key)
-
-    async def _take_token(self) -> None:
-        wait_s = self._bucket.wait_s(time.monotonic())
-        if wait_s > 0:
-            await asyncio.sleep(wait_s)
-        self._bucket.take(time.monotonic())
 
     async def _current(self, key: str) -> SessionStatus:
         """The status from the live calls; the store is asked for the session's waits only when nothing else decides."""
@@ -219,9 +212,8 @@ class AgentSessions:
                 initiator_user_id=target.initiator if first else None,
             )
         except SlackRateLimited as exc:
-            self._bucket.drain(time.monotonic())
+            self._bucket.rate_limited(time.monotonic(), exc.retry_after_s)
             self._mark(key)
-            await asyncio.sleep(exc.retry_after_s)
             return
         except (SlackUnavailable, SlackUnreachable, TimeoutError) as exc:
             log.info("agents.sessions.setStatus in %s failed (%s); trying again", key, str(exc) or type(exc).__name__)

@@ -107,12 +107,10 @@ class EditScheduler:
         self._in_flight: dict[Key, asyncio.Task[None]] = {}
         self._on_wire: dict[Key, _Edit] = {}
         self._clock = clock
-        self._per_minute = per_minute
         self._bucket = TokenBucket(per_minute / 60.0, burst, clock())
         self._pending: dict[Key, _Edit] = {}
         self._last_sent: dict[Key, float] = {}  # only messages edited within the last min_interval_s
         self._finalized: OrderedDict[Key, None] = OrderedDict()
-        self._paused_until = 0.0
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -174,7 +172,7 @@ class EditScheduler:
 
     def share_budget(self, replicas: int) -> None:
         """Slack's edit budget is the workspace's: with `replicas` live processes each spends its share."""
-        self._bucket.rate = self._per_minute / 60.0 / max(1, replicas)
+        self._bucket.share(replicas)
 
     def backlog_s(self) -> float:
         """About how long the edits waiting now take to go at the budget's rate: how late a new message's next
@@ -254,7 +252,7 @@ class EditScheduler:
         """
         if not self._pending or len(self._in_flight) >= self._max_in_flight:
             return None
-        gate_s = max(self._paused_until - now, self._bucket.wait_s(now))
+        gate_s = self._bucket.wait_s(now)
         if gate_s > 0:
             return gate_s
         waiting = self._waiting()
@@ -340,10 +338,8 @@ class EditScheduler:
         where = f"{edit.channel}/{edit.ts}"
         if isinstance(exc, SlackRateLimited):
             pause_s = exc.retry_after_s
-            now = self._clock()
             self.stats.rate_limited += 1
-            self._paused_until = max(self._paused_until, now + pause_s)
-            self._bucket.drain(now)
+            self._bucket.rate_limited(self._clock(), pause_s)
             log.warning("chat.update rate limited at %s; pausing all edits for %.0fs", where, pause_s)
             self._requeue(edit, backoff=False)
         elif isinstance(exc, SlackUnavailable):

@@ -26,7 +26,7 @@ from typing import Any
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.clock import utcnow
-from bot.concurrency import TaskSet, TokenBucket
+from bot.concurrency import TaskSet, TokenBucket, spend
 from bot.config import Settings
 from bot.errors import SlackRateLimited, SlackResponseError, SlackUnreachable
 from bot.slack.admission import Admission
@@ -89,7 +89,6 @@ class HomeTab:
         self._workspace_url = workspace_url
         self._watch_s = watch_s
         self._refresh_s = refresh_s
-        self._per_minute = per_minute
         self._bucket = TokenBucket(per_minute / 60.0, BURST, time.monotonic())
         self._until: dict[str, float] = {}
         """Who is watching, and until when (monotonic)."""
@@ -116,7 +115,7 @@ class HomeTab:
 
     def share_budget(self, replicas: int) -> None:
         """The publish budget is the workspace's: with `replicas` live processes each spends its share."""
-        self._bucket.rate = self._per_minute / 60.0 / max(1, replicas)
+        self._bucket.share(replicas)
 
     def poke(self, user: str) -> None:
         """Something the person did in their home (a Cancel) changed it: publish again now."""
@@ -180,10 +179,7 @@ class HomeTab:
     async def _take_token(self) -> None:
         """Wait for the budget's next token; one waiter at a time, so the bucket is never overdrawn."""
         async with self._budget:
-            wait_s = self._bucket.wait_s(time.monotonic())
-            if wait_s > 0:
-                await asyncio.sleep(wait_s)
-            self._bucket.take(time.monotonic())
+            await spend(self._bucket)
 
     async def work_of(self, user: str) -> PersonWork:
         """What the home tab shows `user`, all of it from the store."""

@@ -107,7 +107,6 @@ class _Channel:
     """One channel's allowance as Slack has shown it, and the posts waiting for it (most urgent first)."""
 
     bucket: TokenBucket
-    paused_until: float = 0.0
     waiting: list[tuple[float, int, asyncio.Future[None]]] = field(default_factory=list)
     free: asyncio.Event = field(default_factory=asyncio.Event)  # no post of the channel on the wire
     pump: asyncio.Task[None] | None = None
@@ -236,7 +235,7 @@ class PostQueue:
                 self.stats.failed += 1
                 raise PostFailed(f"not delivered to {channel} after {attempts} attempts")
             self.stats.retried += 1
-            pace.paused_until = max(pace.paused_until, self._clock() + delay_s)
+            pace.bucket.pause(self._clock(), delay_s)
 
     def _channel(self, channel: str) -> _Channel:
         pace = self._channels.get(channel)
@@ -266,7 +265,7 @@ class PostQueue:
         try:
             while pace.waiting:
                 await pace.free.wait()
-                delay = max(pace.paused_until - self._clock(), pace.bucket.wait_s(self._clock()))
+                delay = pace.bucket.wait_s(self._clock())
                 if delay > 0:
                     await asyncio.sleep(delay)
                     continue
@@ -289,10 +288,8 @@ class PostQueue:
 
     def _refused(self, pace: _Channel, retry_after_s: float) -> None:
         """Slack said no: wait what it asked, and believe in a smaller allowance until posts land again."""
-        now = self._clock()
-        pace.paused_until = max(pace.paused_until, now + retry_after_s)
         bucket = pace.bucket
-        bucket.drain(now)
+        bucket.rate_limited(self._clock(), retry_after_s)
         bucket.capacity = max(1.0, math.floor(bucket.capacity / 2))
         bucket.rate = max(self._per_second * MIN_RATE_SHARE, bucket.rate * SLOW_DOWN)
 

@@ -29,6 +29,8 @@ from bot.types import OwedPost, Speaker
 log = logging.getLogger(__name__)
 
 REMEMBER_REQUESTS = 5_000
+REMEMBER_PROFILES = 5_000
+"""People whose users.info answer stays cached; a forgotten one is simply asked again."""
 REMEMBER_SESSIONS = 10_000
 """Idle sessions whose address stays cached; an evicted one is simply read from the store again."""
 
@@ -100,8 +102,9 @@ class Sessions:
         self._requesters_from_store = requesters_from_store
         self._states: OrderedDict[str, SessionState] = OrderedDict()
         self._requests: OrderedDict[tuple[str, str], str] = OrderedDict()
-        self._profiles: dict[str, dict[str, Any]] = {}
-        """users.info answers by user id: a person's time zone and the name the model knows them by."""
+        self._profiles: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        """users.info answers by user id, least recently used first: a person's time zone and the name the model
+        knows them by."""
 
     def get(self, key: str) -> SessionState:
         """The session's state, created on first use; every use makes it the most recently used."""
@@ -208,13 +211,19 @@ class Sessions:
         return Speaker(user, str(name or ""))
 
     async def _profile(self, user: str) -> dict[str, Any]:
-        """users.info for `user`, cached; a failed lookup is not cached (the next one may work)."""
-        if user not in self._profiles:
+        """users.info for `user`, cached for the `REMEMBER_PROFILES` people asked about last; a failed lookup is
+        not cached (the next one may work)."""
+        profile = self._profiles.get(user)
+        if profile is None:
             try:
                 response = await self._client.users_info(user=user)
             except SlackResponseError as exc:
                 log.warning("users.info %s failed: %s", user, exc.error)
                 return {}
             found = response.get("user")
-            self._profiles[user] = found if isinstance(found, dict) else {}
-        return self._profiles[user]
+            profile = found if isinstance(found, dict) else {}
+        self._profiles[user] = profile
+        self._profiles.move_to_end(user)
+        while len(self._profiles) > REMEMBER_PROFILES:
+            self._profiles.popitem(last=False)
+        return profile

@@ -13,9 +13,9 @@ what the daemon's loop is busy with no longer decides when Slack hears back.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
-from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
@@ -37,13 +37,14 @@ async def in_place(work: Coroutine[Any, Any, None]) -> None:
     await work
 
 
+async def run_on(loop: asyncio.AbstractEventLoop, work: Coroutine[Any, Any, T]) -> T:
+    """Run `work` on `loop` (another thread's) and wait for it here; cancelling the wait cancels the work."""
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, loop))
+
+
 def relay_to(loop: asyncio.AbstractEventLoop) -> Relay:
-    """Run each listener's work on `loop` and wait for it there; cancelling the wait cancels the work."""
-
-    async def relay(work: Coroutine[Any, Any, None]) -> None:
-        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, loop))
-
-    return relay
+    """Each listener's work run on `loop` (the daemon's), from the loop bolt runs on."""
+    return functools.partial(run_on, loop)
 
 
 class SocketThread:
@@ -76,18 +77,18 @@ class SocketThread:
     async def start(self) -> SocketHealth:
         """Start the thread and build the handler and its health watch there, not connected yet."""
         self._thread.start()
-        return await self._on_thread(self._build())
+        return await run_on(self._loop, self._build())
 
     async def connect(self) -> None:
         """Open the connection (raising what opening it raised) and start watching it."""
-        await self._on_thread(self._connect())
+        await run_on(self._loop, self._connect())
 
     async def close(self) -> None:
         """Close the connection (Slack redelivers what it sends from now on), then stop the thread's loop."""
         if not self._thread.is_alive():
             return
         try:
-            await self._on_thread(self._disconnect())
+            await run_on(self._loop, self._disconnect())
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             await asyncio.to_thread(self._thread.join)
@@ -122,7 +123,3 @@ class SocketThread:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-
-    async def _on_thread(self, work: Coroutine[Any, Any, T]) -> T:
-        future: Future[T] = asyncio.run_coroutine_threadsafe(work, self._loop)
-        return await asyncio.wrap_future(future)

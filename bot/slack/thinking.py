@@ -48,16 +48,14 @@ class ThinkingStatus:
         self._client = client
         self._sessions = sessions
         self._available = True
-        self._per_minute = per_minute
         self._clock = clock
         self._bucket = TokenBucket(per_minute / 60.0, BURST, clock())
-        self._paused_until = 0.0
         self.skipped = 0
         """Statuses not sent for want of a token (or during a 429's pause)."""
 
     def share_budget(self, replicas: int) -> None:
         """The budget is the workspace's: with `replicas` live processes each spends its share."""
-        self._bucket.rate = self._per_minute / 60.0 / max(1, replicas)
+        self._bucket.share(replicas)
 
     async def show(self, key: str, on: bool) -> None:
         """Show (or clear) "is thinking…" under the thread, if the budget has a token now; apps without the
@@ -67,8 +65,7 @@ class ThinkingStatus:
             return
         if not on and not address.thinking:
             return
-        now = self._clock()
-        if now < self._paused_until or not self._bucket.try_take(now):
+        if not self._bucket.try_take(self._clock()):
             self.skipped += 1
             return
         try:
@@ -77,9 +74,7 @@ class ThinkingStatus:
             )
             address.thinking = on
         except SlackRateLimited as exc:
-            now = self._clock()
-            self._paused_until = max(self._paused_until, now + exc.retry_after_s)
-            self._bucket.drain(now)
+            self._bucket.rate_limited(self._clock(), exc.retry_after_s)
             log.info("assistant.threads.setStatus answered 429: 'thinking' paused for %.0f s", exc.retry_after_s)
         except SlackResponseError as exc:
             if exc.error in UNAVAILABLE:

@@ -54,7 +54,7 @@ from slack_sdk.models.messages.chunk import TaskUpdateChunk
 from slack_sdk.web.async_chat_stream import AsyncChatStream
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.concurrency import TokenBucket, backoff_s
+from bot.concurrency import TokenBucket, backoff_s, spend
 from bot.errors import SlackRateLimited, SlackRefused, SlackUnavailable, SlackUnreachable
 from bot.slack.edits import EditScheduler
 from bot.slack.render import Block, defuse
@@ -90,27 +90,20 @@ class StreamBudget:
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic, scale: float = 1.0) -> None:
         self._clock = clock
-        self._scale = scale
         now = clock()
         self._buckets = {
             method: TokenBucket(per_minute * scale / 60.0, BURSTS[method], now)
             for method, per_minute in TIERS_PER_MINUTE.items()
         }
-        self._paused_until = dict.fromkeys(TIERS_PER_MINUTE, 0.0)
 
     async def spend(self, method: str) -> None:
         """Wait for a token of `method` (and the end of its 429 pause), then take it."""
-        while True:
-            wait_s = self.wait_s(method)
-            if wait_s <= 0:
-                self._buckets[method].take(self._clock())
-                return
-            await asyncio.sleep(wait_s)
+        await spend(self._buckets[method], self._clock)
 
     def wait_s(self, *methods: str) -> float:
         """Seconds until a token of each of `methods` is there and none of them is paused (0: now)."""
         now = self._clock()
-        return max(max(self._paused_until[m] - now, self._buckets[m].wait_s(now)) for m in methods)
+        return max(self._buckets[m].wait_s(now) for m in methods)
 
     def try_spend(self, *methods: str) -> bool:
         """Take a token of each of `methods` if every one is there now; else take none and say False."""
@@ -123,13 +116,11 @@ class StreamBudget:
 
     def share(self, replicas: int) -> None:
         """The limits are the workspace's: with `replicas` live processes each spends its share."""
-        for method, per_minute in TIERS_PER_MINUTE.items():
-            self._buckets[method].rate = per_minute * self._scale / 60.0 / max(1, replicas)
+        for bucket in self._buckets.values():
+            bucket.share(replicas)
 
     def pause(self, method: str, seconds: float) -> None:
-        now = self._clock()
-        self._paused_until[method] = max(self._paused_until[method], now + seconds)
-        self._buckets[method].drain(now)
+        self._buckets[method].rate_limited(self._clock(), seconds)
 
 
 @dataclass(frozen=True, slots=True)

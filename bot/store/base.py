@@ -30,12 +30,14 @@ class Queries(ABC):
         """`body` over committed rows only, with no transaction of its own to commit."""
 
     @staticmethod
-    async def _require_session(db: Db, key: str, *, enforced: bool = False) -> None:
-        """KeyError if the session is unknown; else its row stays locked until the write ends (PostgreSQL).
-
-        `enforced`: the write inserts a row whose foreign key names the session. Where there is no row to lock
-        (SQLite) the schema's check is enough: the insert fails, and `_transact` makes that a KeyError too."""
-        if enforced and not db.dialect.lock_row:
-            return
+    async def _require_session(db: Db, key: str) -> None:
+        """KeyError if the session is unknown; else its row stays locked until the write ends (PostgreSQL)."""
         if not await db.fetch(f"SELECT 1 FROM sessions WHERE key = ?{db.dialect.lock_row}", key):
             raise KeyError(f"no session {key!r}")
+
+    @staticmethod
+    async def _lock_session_for_insert(db: Db, key: str) -> None:
+        """`_require_session` before inserting rows whose foreign key names the session. Where there is no row
+        to lock (SQLite) the schema's check is enough: the insert fails, and `_transact` makes that a KeyError."""
+        if db.dialect.lock_row:
+            await Queries._require_session(db, key)

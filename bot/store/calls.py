@@ -60,7 +60,7 @@ class CallQueries(Queries):
 
         async def body(db: Db) -> None:
             for key in sorted({call.session_key for call in calls}):  # sorted: two writers lock in one order
-                await self._require_session(db, key, enforced=True)  # the upsert names the session
+                await self._lock_session_for_insert(db, key)  # the upsert names the session
             await db.executemany(_UPSERT_CALL, [(*row, self.replica) for row in rows])
             await db.executemany(_TOUCH_FINAL_CALL, touches)
 

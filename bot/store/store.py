@@ -238,7 +238,10 @@ class Store(
         rows = [(key, str(message["role"]), dumps(message), now, key) for message in messages]
 
         async def body(db: Db) -> list[int]:
-            await self._require_session(db, key, enforced=bool(rows))
+            if rows:  # the insert names the session
+                await self._lock_session_for_insert(db, key)
+            else:
+                await self._require_session(db, key)
             await db.executemany(_APPEND, rows)
             if inbox_ids and turn_id is not None:
                 await mark_stored(db, inbox_ids, turn_id)
