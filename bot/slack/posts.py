@@ -172,7 +172,7 @@ class PostQueue:
         if pace is None:
             return 0.0
         ahead = sum(1 for *_, granted in pace.waiting if not granted.done())
-        return max(0.0, pace.paused_until - self._clock()) + ahead / pace.bucket.rate
+        return max(0.0, pace.bucket.paused_until - self._clock()) + ahead / pace.bucket.rate
 
     def allowance(self, channel: str) -> tuple[float, float]:
         """The (posts a second, burst) this queue now believes Slack allows in `channel`."""
