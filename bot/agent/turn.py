@@ -144,7 +144,6 @@ class TurnRunner:
         FILE_SINK.set(functools.partial(self._output.file_shared, key))
         self._output.turn_started(key)
         try:
-            await self._store.ensure_session(key)
             turn_id = outcome.turn_id = f"{key}#{await self._store.next_turn(key)}"
             messages = await self._store.load_messages(key)
             conversation = _Conversation(key, turn_id, messages, persisted=len(messages))

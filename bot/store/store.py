@@ -139,16 +139,14 @@ class Store(
         await self._transact(body)
 
     async def next_turn(self, key: str) -> int:
-        """Count a new turn and return its number (1, 2, …); atomic, so concurrent turns never share one."""
+        """Count a new turn and return its number (1, 2, …), creating the session (no address) if missing.
 
-        async def body(db: Db) -> list[Row]:
-            return await db.fetch(
-                "UPDATE sessions SET turn_count = turn_count + 1 WHERE key = ? RETURNING turn_count", key
-            )
-
-        rows = await self._transact(body)
-        if not rows:
-            raise KeyError(f"no session {key!r}")
+        One statement, so a turn's start is one commit, and atomic: concurrent turns never share a number."""
+        sql = (
+            "INSERT INTO sessions (key, created_at, address, turn_count) VALUES (?, ?, '{}', 1)"
+            " ON CONFLICT(key) DO UPDATE SET turn_count = sessions.turn_count + 1 RETURNING turn_count"
+        )
+        rows = await self._transact(fetching(sql, key, ts(utcnow())))
         return int(rows[0][0])
 
     async def add_alias(self, alias: str, key: str) -> None:
