@@ -53,9 +53,10 @@ class CallQueries(Queries):
 
         Each open row saved records this store's replica (None with SQLite): the one running the call."""
         rows = [call_to_row(call) for call in calls]
-        touches = [
+        touches = [  # only a final copy can touch a final row: an open one's touch would match nothing
             (int(call.delivered), row[_PROGRESS], call.id, call.status.value)
             for call, row in zip(calls, rows, strict=True)
+            if call.is_final
         ]
 
         async def body(db: Db) -> None:
