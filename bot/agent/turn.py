@@ -26,7 +26,7 @@ from typing import Protocol
 from bot.agent import protocol
 from bot.agent.budget import TokenBudget
 from bot.agent.compaction import Compactor
-from bot.agent.context import SizeEstimate, request_chars
+from bot.agent.context import SizeEstimate
 from bot.agent.injections import Injections
 from bot.agent.toolbox import Toolbox
 from bot.agent.waiting import WaitEnd, wait_for_batch
@@ -229,49 +229,57 @@ class TurnRunner:
             self._output.notice(billing.session_key, refusal)
             outcome.error = "the daily token budget is spent"
             return None
-        await self._fit(request, billing, conversation, force=False)
+        # The prompt and the tools are made once for the request, the fit and a retry after an overflow alike.
+        model_request = ModelRequest(
+            system=self._system_prompt(request.session_key),
+            messages=conversation.messages,
+            tools=self._offered(request.toolbox or self._toolbox, conversation),
+            billing=billing,
+        )
+        chars = await self._fit(model_request, billing, conversation, force=False)
         try:
-            reply = await self._ask_model(request, billing, conversation, outcome)
+            reply = await self._ask_model(request, model_request, chars, conversation, outcome)
         except ContextOverflow:
             log.info("the model refused %s as too long; compacting and asking again", request.session_key)
         else:
             if reply is None or reply.stop_reason != "model_context_window_exceeded":
                 return reply
-        await self._fit(request, billing, conversation, force=True)
-        return await self._ask_model(request, billing, conversation, outcome)
+        chars = await self._fit(model_request, billing, conversation, force=True)
+        return await self._ask_model(request, model_request, chars, conversation, outcome)
 
     def _offered(self, toolbox: Toolbox, conversation: _Conversation) -> list[dict[str, JSON]]:
         """The tools this turn's asker may have run: what the policy denies outright is not offered."""
         hidden = self._policy.hidden(toolbox.names, conversation.asker)
         return [spec for spec in toolbox.specs() if spec["name"] not in hidden]
 
-    async def _fit(self, request: TurnRequest, billing: Billing, conversation: _Conversation, *, force: bool) -> None:
-        toolbox = request.toolbox or self._toolbox
-        compacted = await self._compactor.fit(
+    async def _fit(
+        self, model_request: ModelRequest, billing: Billing, conversation: _Conversation, *, force: bool
+    ) -> int:
+        """Compact the history if the request would not fit; returns the request's size as it will be sent."""
+        fitted = await self._compactor.fit(
             conversation.messages,
             persisted=conversation.persisted,
-            system=self._system_prompt(request.session_key),
-            tools=self._offered(toolbox, conversation),
+            system=model_request.system,
+            tools=model_request.tools,
             billing=billing,
             estimate=conversation.estimate,
             force=force,
         )
-        if compacted is not None:
+        if (compacted := fitted.compacted) is not None:
             await self._store.replace_messages(conversation.key, compacted.messages[: compacted.persisted])
             conversation.persisted = compacted.persisted
+        return fitted.chars
 
     async def _ask_model(
-        self, request: TurnRequest, billing: Billing, conversation: _Conversation, outcome: TurnOutcome
+        self,
+        request: TurnRequest,
+        model_request: ModelRequest,
+        chars: int,
+        conversation: _Conversation,
+        outcome: TurnOutcome,
     ) -> ModelReply | None:
-        """One streamed model call; None when the turn is cancelled while it streams."""
+        """One streamed model call of `chars` (`request_chars`); None when the turn is cancelled while it streams."""
         key = request.session_key
-        toolbox = request.toolbox or self._toolbox
-        model_request = ModelRequest(
-            system=self._system_prompt(key),
-            messages=conversation.messages,
-            tools=self._offered(toolbox, conversation),
-            billing=billing,
-        )
         self._output.model_call_started(key)
         ask = asyncio.ensure_future(
             self._provider.complete(model_request, on_text=lambda delta: self._output.text_delta(key, delta))
@@ -289,7 +297,6 @@ class TurnRunner:
             return None
         reply = ask.result()
         outcome.usage += reply.usage
-        chars = request_chars(model_request.system, model_request.tools, conversation.messages)
         conversation.estimate.learn(chars, reply.usage.prompt_tokens)
         self._output.text_done(key)
         if not reply.content:
