@@ -198,12 +198,16 @@ class TurnRunner:
                 messages[-1]["content"] = [*messages[-1]["content"], *reply.content]
             else:
                 messages.append({"role": "assistant", "content": reply.content})
-            if reply.stop_reason != "pause_turn":  # a paused reply is stored once it is whole
+            continues = reply.stop_reason == "max_tokens" and continuations < MAX_CONTINUATIONS and not reply.tool_uses
+            # A paused reply is stored once it is whole; the reply that ends the turn is stored by `_close`, in the
+            # commit that closes the turn (nothing awaits between this test and the `return` below that ends it).
+            last = not (reply.tool_uses or continues or reply.stop_reason == "pause_turn" or request.injections.ready)
+            if reply.stop_reason != "pause_turn" and not last:
                 await self._save(conversation)
             outcome.text = outcome.text + reply.text if cut_off else reply.text or outcome.text
             outcome.stop_reason = reply.stop_reason
             cut_off = reply.stop_reason == "pause_turn"  # the next reply goes on from this one
-            if reply.stop_reason == "max_tokens" and continuations < MAX_CONTINUATIONS and not reply.tool_uses:
+            if continues:
                 continuations += 1
                 cut_off = True
                 protocol.append_user(messages, [protocol.text_block(CONTINUE_NOTE)])
