@@ -407,6 +407,19 @@ async def test_delivery_tracking(store: Store) -> None:
     assert not (await store.load_call("c2")).delivered  # type: ignore[union-attr]  # only final calls deliver
 
 
+async def test_results_are_delivered_by_the_append_that_stores_them_or_not_at_all(store: Store) -> None:
+    await store.ensure_session(KEY)
+    await store.save_call(make_call("c0", status=CallStatus.COMPLETED))
+    await store.save_call(make_call("c1", status=CallStatus.COMPLETED))
+    results = [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c0", "content": "ok"}]}]
+    with pytest.raises(KeyError):  # an append that fails delivers nothing
+        await store.append_messages("nope", results, delivered=["c0"])
+    assert [c.id for c in await store.undelivered_calls(KEY)] == ["c0", "c1"]
+    await store.append_messages(KEY, results, delivered=["c0"])
+    assert [c.id for c in await store.undelivered_calls(KEY)] == ["c1"]
+    assert await store.load_messages(KEY) == results
+
+
 async def test_cancelled_writes_leave_no_open_transaction(store: Store) -> None:
     await store.ensure_session(KEY)
     for n in range(30):

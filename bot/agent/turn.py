@@ -348,7 +348,8 @@ class TurnRunner:
         if end is WaitEnd.CANCELLED:
             await self._registry.cancel_many([c.id for c in calls], by=request.cancelled_by)
         results = [protocol.tool_result_block(call, self._settings.tool_result_max_chars) for call in calls]
-        await self._registry.mark_delivered(call for call in calls if call.is_final)
+        # Delivered with the save that stores their results, in its commit (`_save`).
+        conversation.late.update((call.id, call) for call in calls if call.is_final)
         late = await self._late_result_blocks(conversation, exclude={call.id for call in calls})
         protocol.append_user(conversation.messages, results + late)
         if request.stop_at_first_wait and any(not call.is_final for call in calls):
@@ -448,10 +449,11 @@ class TurnRunner:
     async def _save(
         self, conversation: _Conversation, *, answered: bool = False, owed: list[OwedPost] | None = None
     ) -> list[int]:
-        """Store what is new; `owed`: the edge's posts, owed in the same transaction (their ids are returned)."""
+        """Store what is new, the results it carries delivered with it; `owed`: the edge's posts, owed in the same
+        transaction (their ids are returned)."""
         ids = await conversation.save(self._store, answered=answered, owed=owed or [])
         if conversation.late:
-            await self._registry.mark_delivered(list(conversation.late.values()))
+            self._registry.delivered(conversation.late.values())
             conversation.late.clear()
         return ids
 
@@ -467,7 +469,8 @@ class _Conversation:
     persisted: int
     inbox_ids: list[int] = field(default_factory=list)
     late: dict[str, ToolCall] = field(default_factory=dict)
-    """Background results whose notes are in the messages not stored yet (delivered once they are)."""
+    """Calls whose results (a batch's, or background results' notes) are in the messages not stored yet: delivered
+    by the save that stores them."""
     owes: bool = False
     """The turn answers inbox rows: a shutdown leaves them owed for the next start."""
     estimate: SizeEstimate = field(default_factory=SizeEstimate)
@@ -484,6 +487,7 @@ class _Conversation:
             turn_id=self.turn_id,
             answered=answered,
             owed=owed,
+            delivered=list(self.late),
         )
         self.persisted = len(self.messages)
         self.inbox_ids = []

@@ -41,6 +41,12 @@ WHERE id = ? AND status = ? AND status NOT IN {_OPEN}
 """
 
 
+async def mark_delivered(db: Db, call_ids: Sequence[str]) -> None:
+    """Inside the caller's transaction (`CallQueries.mark_delivered`, the save that stores the results)."""
+    sql = f"UPDATE tool_calls SET delivered = 1 WHERE id = ? AND status NOT IN {_OPEN}"
+    await db.executemany(sql, [(call_id,) for call_id in call_ids])
+
+
 class CallQueries(Queries):
     """Tool calls in the store. A final row keeps its outcome: the SQL guards it, not only the caller."""
 
@@ -128,10 +134,7 @@ class CallQueries(Queries):
             return
 
         async def body(db: Db) -> None:
-            await db.executemany(
-                f"UPDATE tool_calls SET delivered = 1 WHERE id = ? AND status NOT IN {_OPEN}",
-                [(call_id,) for call_id in call_ids],
-            )
+            await mark_delivered(db, call_ids)
 
         await self._transact(body)
 

@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from bot.clock import utcnow
-from bot.store.calls import CallQueries
+from bot.store.calls import CallQueries, mark_delivered
 from bot.store.db import Db, Row, executing, fetching
 from bot.store.feedback import FeedbackQueries
 from bot.store.forgetting import ForgetQueries
@@ -220,6 +220,7 @@ class Store(
         turn_id: str | None = None,
         answered: bool = False,
         owed: Sequence[OwedPost] = (),
+        delivered: Sequence[str] = (),
     ) -> list[int]:
         """Append in order, all or nothing; KeyError if the session is unknown.
 
@@ -227,8 +228,9 @@ class Store(
         `turn_id` in the same transaction. `answered` closes the turn: the session's stored rows are answered.
         `owed` are posts the edge has yet to deliver (the answer, a notice): owed in the outbox in the same
         transaction, so a message is never answered in the store and unsaid in Slack. Returns their ids.
+        `delivered` names the calls whose results these messages carry: delivered in the same transaction.
         """
-        if not messages and not inbox_ids and not answered and not owed:
+        if not messages and not inbox_ids and not answered and not owed and not delivered:
             return []
         if inbox_ids and turn_id is None:
             raise ValueError("inbox rows are stored by a turn: pass its turn_id")
@@ -242,6 +244,8 @@ class Store(
                 await mark_stored(db, inbox_ids, turn_id)
             if answered:
                 await mark_answered(db, key)
+            if delivered:
+                await mark_delivered(db, delivered)
             return await owe_posts(db, owed, self.replica)
 
         return await self._transact(body)
