@@ -23,7 +23,8 @@ One warm-up turn runs before measuring (the first model request builds the anthr
 one-time ~0.1 s stall). Both daemons are real processes on Socket Mode (`python -m bot run`, and this file
 with `--baseline-app`); the fakes run in this process, so their own overhead is in both figures of (a).
 `BENCH_PROFILE=/tmp/daemon.prof` runs the daemon of (a)-(c), and (e)'s, under cProfile; `BENCH_STATEMENTS=1` lists (d)'s
-statements per turn; `BENCH_PSTATS=/tmp/turns.pstats` writes (d)'s profiled window for `pstats`.
+statements (and write transactions, by shape) per turn; `BENCH_PSTATS=/tmp/turns.pstats` writes (d)'s profiled
+window for `pstats`, one file per tree (`/tmp/turns-base45.pstats`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -294,6 +296,26 @@ BUCKETS = (
 )
 
 
+class Transaction:
+    """Counts each write transaction by its shape too (`[tx] 2× INSERT INTO messages … / UPDATE inbox …`), beside
+    the statements: which writes of a turn have a commit of their own."""
+
+    def __init__(self, kinds: dict[str, int]) -> None:
+        self._kinds = kinds
+        self._open: list[str] | None = None
+
+    def see(self, kind: str) -> None:
+        if kind == "BEGIN IMMEDIATE":
+            self._open = []
+        elif kind in ("COMMIT", "ROLLBACK") and self._open is not None:
+            parts = [f"{n}× {k}" if n > 1 else k for k, n in Counter(self._open).items()]
+            shape = f"[tx{'' if kind == 'COMMIT' else ', rolled back'}] " + " / ".join(parts)
+            self._kinds[shape] = self._kinds.get(shape, 0) + 1
+            self._open = None
+        elif self._open is not None:
+            self._open.append(kind[:40])
+
+
 def counted_daemon(out: Path, tree: Path) -> None:
     """`bot run` from `tree`, counting hops to aiosqlite's thread and SQLite statements (a subprocess).
 
@@ -314,11 +336,14 @@ def counted_daemon(out: Path, tree: Path) -> None:
     main_thread = threading.get_ident()
     connect = sqlite3.connect
 
+    transaction = Transaction(kinds)
+
     def trace(sql: str) -> None:
         counts["statements"] += 1
         counts["commits"] += sql.strip().upper() == "COMMIT"
         kind = re.sub(r"'(?:[^']|'')*'|\b\d+(?:\.\d+)?\b", "?", " ".join(sql.split()))[:100]  # values as ?
         kinds[kind] = kinds.get(kind, 0) + 1
+        transaction.see(kind)
 
     def counted_connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
         conn = connect(*args, **kwargs)
@@ -362,8 +387,9 @@ def counted_daemon(out: Path, tree: Path) -> None:
                 bucket = next((b for b, marks in BUCKETS if any(mark in where for mark in marks)), "other")
                 split[bucket] += self_time
             figures["split"] = split
-            if os.environ.get("BENCH_PSTATS"):
-                profiler.dump_stats(os.environ["BENCH_PSTATS"])
+            if os.environ.get("BENCH_PSTATS"):  # one file per tree: `turns.pstats` → `turns-base45.pstats`
+                where = Path(os.environ["BENCH_PSTATS"])
+                profiler.dump_stats(where.with_stem(f"{where.stem}-{tree.name}"))
         with out.open("a") as file:
             file.write(json.dumps(figures) + "\n")
 

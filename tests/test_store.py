@@ -232,8 +232,6 @@ async def test_ensure_session_keeps_an_existing_one_unchanged(store: Store) -> N
 
 async def test_unknown_session_is_a_key_error(store: Store) -> None:
     with pytest.raises(KeyError):
-        await store.next_turn("nope")
-    with pytest.raises(KeyError):
         await store.update_address("nope", {"a": 1})
     with pytest.raises(KeyError):
         await store.append_messages("nope", [{"role": "user", "content": "x"}])
@@ -269,6 +267,17 @@ async def test_next_turn_under_concurrency_gives_distinct_numbers(store: Store) 
     assert sorted(numbers) == list(range(1, 101))
     session = await store.get_session(KEY)
     assert session is not None and session.turn_count == 100
+
+
+async def test_next_turn_creates_a_missing_session_and_keeps_an_existing_address(store: Store) -> None:
+    assert await store.next_turn("console:default") == 1
+    created = await store.get_session("console:default")
+    assert created is not None and (created.address, created.turn_count) == ({}, 1)
+    await store.ensure_session(KEY, {"channel": "C1"})
+    assert await store.next_turn(KEY) == 1
+    assert await store.next_turn(KEY) == 2
+    kept = await store.get_session(KEY)
+    assert kept is not None and (kept.address, kept.turn_count) == ({"channel": "C1"}, 2)
 
 
 # --- messages ----------------------------------------------------------------------------
@@ -396,6 +405,19 @@ async def test_delivery_tracking(store: Store) -> None:
     await store.mark_delivered([])
     assert [c.id for c in await store.undelivered_calls(KEY)] == ["c1", "c3"]
     assert not (await store.load_call("c2")).delivered  # type: ignore[union-attr]  # only final calls deliver
+
+
+async def test_results_are_delivered_by_the_append_that_stores_them_or_not_at_all(store: Store) -> None:
+    await store.ensure_session(KEY)
+    await store.save_call(make_call("c0", status=CallStatus.COMPLETED))
+    await store.save_call(make_call("c1", status=CallStatus.COMPLETED))
+    results = [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c0", "content": "ok"}]}]
+    with pytest.raises(KeyError):  # an append that fails delivers nothing
+        await store.append_messages("nope", results, delivered=["c0"])
+    assert [c.id for c in await store.undelivered_calls(KEY)] == ["c0", "c1"]
+    await store.append_messages(KEY, results, delivered=["c0"])
+    assert [c.id for c in await store.undelivered_calls(KEY)] == ["c1"]
+    assert await store.load_messages(KEY) == results
 
 
 async def test_cancelled_writes_leave_no_open_transaction(store: Store) -> None:

@@ -62,6 +62,15 @@ class Compacted:
     persisted: int
 
 
+@dataclass(frozen=True, slots=True)
+class Fitted:
+    """What `Compactor.fit` left: the request's size as it will be sent (`request_chars`, measured once, so the
+    turn learns the API's count against it without serializing the request again), and the compaction, if any."""
+
+    chars: int
+    compacted: Compacted | None = None
+
+
 class Compactor:
     def __init__(self, *, provider: Provider, settings: ContextSettings) -> None:
         self._provider = provider
@@ -77,27 +86,28 @@ class Compactor:
         billing: Billing,
         estimate: SizeEstimate,
         force: bool = False,
-    ) -> Compacted | None:
-        """Shrink `messages` (in place) until the request fits the budget; what changed in the stored part, if any.
+    ) -> Fitted:
+        """Shrink `messages` (in place) until the request fits the budget; its size, and what changed in the
+        stored part, if any.
 
         `force` (the API refused the request as too long) stubs and summarises whatever the estimate says.
         """
         truncate_inputs(messages, persisted, self._settings.max_input_chars)
-
-        def over() -> bool:
-            return force or estimate.tokens(request_chars(system, tools, messages)) > self._settings.budget_tokens
-
-        if not over():
-            return None
+        chars = request_chars(system, tools, messages)
+        if not force and estimate.tokens(chars) <= self._settings.budget_tokens:
+            return Fitted(chars)
         keep = 1 if force else self._settings.keep_recent
-        stubbed = stub_old_results(messages, keep)
-        if over() and (summarised := await self._summarise(messages, persisted, system, tools, billing, estimate)):
+        if stubbed := stub_old_results(messages, keep):
+            chars = request_chars(system, tools, messages)
+        if (force or estimate.tokens(chars) > self._settings.budget_tokens) and (
+            summarised := await self._summarise(messages, persisted, system, tools, billing, estimate)
+        ):
             log.info("compacted %s: %d messages now", billing.session_key, len(summarised.messages))
-            return summarised
+            return Fitted(request_chars(system, tools, summarised.messages), summarised)
         if stubbed:
             log.info("cleared old tool results in %s", billing.session_key)
-            return Compacted(messages, persisted)
-        return None
+            return Fitted(chars, Compacted(messages, persisted))
+        return Fitted(chars)
 
     async def _summarise(
         self,

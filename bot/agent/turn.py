@@ -26,7 +26,7 @@ from typing import Protocol
 from bot.agent import protocol
 from bot.agent.budget import TokenBudget
 from bot.agent.compaction import Compactor
-from bot.agent.context import SizeEstimate, request_chars
+from bot.agent.context import SizeEstimate
 from bot.agent.injections import Injections
 from bot.agent.toolbox import Toolbox
 from bot.agent.waiting import WaitEnd, wait_for_batch
@@ -144,7 +144,6 @@ class TurnRunner:
         FILE_SINK.set(functools.partial(self._output.file_shared, key))
         self._output.turn_started(key)
         try:
-            await self._store.ensure_session(key)
             turn_id = outcome.turn_id = f"{key}#{await self._store.next_turn(key)}"
             messages = await self._store.load_messages(key)
             conversation = _Conversation(key, turn_id, messages, persisted=len(messages))
@@ -199,12 +198,16 @@ class TurnRunner:
                 messages[-1]["content"] = [*messages[-1]["content"], *reply.content]
             else:
                 messages.append({"role": "assistant", "content": reply.content})
-            if reply.stop_reason != "pause_turn":  # a paused reply is stored once it is whole
+            continues = reply.stop_reason == "max_tokens" and continuations < MAX_CONTINUATIONS and not reply.tool_uses
+            # A paused reply is stored once it is whole; the reply that ends the turn is stored by `_close`, in the
+            # commit that closes the turn (nothing awaits between this test and the `return` below that ends it).
+            last = not (reply.tool_uses or continues or reply.stop_reason == "pause_turn" or request.injections.ready)
+            if reply.stop_reason != "pause_turn" and not last:
                 await self._save(conversation)
             outcome.text = outcome.text + reply.text if cut_off else reply.text or outcome.text
             outcome.stop_reason = reply.stop_reason
             cut_off = reply.stop_reason == "pause_turn"  # the next reply goes on from this one
-            if reply.stop_reason == "max_tokens" and continuations < MAX_CONTINUATIONS and not reply.tool_uses:
+            if continues:
                 continuations += 1
                 cut_off = True
                 protocol.append_user(messages, [protocol.text_block(CONTINUE_NOTE)])
@@ -230,49 +233,57 @@ class TurnRunner:
             self._output.notice(billing.session_key, refusal)
             outcome.error = "the daily token budget is spent"
             return None
-        await self._fit(request, billing, conversation, force=False)
+        # The prompt and the tools are made once for the request, the fit and a retry after an overflow alike.
+        model_request = ModelRequest(
+            system=self._system_prompt(request.session_key),
+            messages=conversation.messages,
+            tools=self._offered(request.toolbox or self._toolbox, conversation),
+            billing=billing,
+        )
+        chars = await self._fit(model_request, billing, conversation, force=False)
         try:
-            reply = await self._ask_model(request, billing, conversation, outcome)
+            reply = await self._ask_model(request, model_request, chars, conversation, outcome)
         except ContextOverflow:
             log.info("the model refused %s as too long; compacting and asking again", request.session_key)
         else:
             if reply is None or reply.stop_reason != "model_context_window_exceeded":
                 return reply
-        await self._fit(request, billing, conversation, force=True)
-        return await self._ask_model(request, billing, conversation, outcome)
+        chars = await self._fit(model_request, billing, conversation, force=True)
+        return await self._ask_model(request, model_request, chars, conversation, outcome)
 
     def _offered(self, toolbox: Toolbox, conversation: _Conversation) -> list[dict[str, JSON]]:
         """The tools this turn's asker may have run: what the policy denies outright is not offered."""
         hidden = self._policy.hidden(toolbox.names, conversation.asker)
         return [spec for spec in toolbox.specs() if spec["name"] not in hidden]
 
-    async def _fit(self, request: TurnRequest, billing: Billing, conversation: _Conversation, *, force: bool) -> None:
-        toolbox = request.toolbox or self._toolbox
-        compacted = await self._compactor.fit(
+    async def _fit(
+        self, model_request: ModelRequest, billing: Billing, conversation: _Conversation, *, force: bool
+    ) -> int:
+        """Compact the history if the request would not fit; returns the request's size as it will be sent."""
+        fitted = await self._compactor.fit(
             conversation.messages,
             persisted=conversation.persisted,
-            system=self._system_prompt(request.session_key),
-            tools=self._offered(toolbox, conversation),
+            system=model_request.system,
+            tools=model_request.tools,
             billing=billing,
             estimate=conversation.estimate,
             force=force,
         )
-        if compacted is not None:
+        if (compacted := fitted.compacted) is not None:
             await self._store.replace_messages(conversation.key, compacted.messages[: compacted.persisted])
             conversation.persisted = compacted.persisted
+        return fitted.chars
 
     async def _ask_model(
-        self, request: TurnRequest, billing: Billing, conversation: _Conversation, outcome: TurnOutcome
+        self,
+        request: TurnRequest,
+        model_request: ModelRequest,
+        chars: int,
+        conversation: _Conversation,
+        outcome: TurnOutcome,
     ) -> ModelReply | None:
-        """One streamed model call; None when the turn is cancelled while it streams."""
+        """One streamed model call of `chars` (`request_chars`); None when the turn is cancelled while it streams."""
         key = request.session_key
-        toolbox = request.toolbox or self._toolbox
-        model_request = ModelRequest(
-            system=self._system_prompt(key),
-            messages=conversation.messages,
-            tools=self._offered(toolbox, conversation),
-            billing=billing,
-        )
         self._output.model_call_started(key)
         ask = asyncio.ensure_future(
             self._provider.complete(model_request, on_text=lambda delta: self._output.text_delta(key, delta))
@@ -290,7 +301,6 @@ class TurnRunner:
             return None
         reply = ask.result()
         outcome.usage += reply.usage
-        chars = request_chars(model_request.system, model_request.tools, conversation.messages)
         conversation.estimate.learn(chars, reply.usage.prompt_tokens)
         self._output.text_done(key)
         if not reply.content:
@@ -338,7 +348,8 @@ class TurnRunner:
         if end is WaitEnd.CANCELLED:
             await self._registry.cancel_many([c.id for c in calls], by=request.cancelled_by)
         results = [protocol.tool_result_block(call, self._settings.tool_result_max_chars) for call in calls]
-        await self._registry.mark_delivered(call for call in calls if call.is_final)
+        # Delivered with the save that stores their results, in its commit (`_save`).
+        conversation.late.update((call.id, call) for call in calls if call.is_final)
         late = await self._late_result_blocks(conversation, exclude={call.id for call in calls})
         protocol.append_user(conversation.messages, results + late)
         if request.stop_at_first_wait and any(not call.is_final for call in calls):
@@ -438,10 +449,11 @@ class TurnRunner:
     async def _save(
         self, conversation: _Conversation, *, answered: bool = False, owed: list[OwedPost] | None = None
     ) -> list[int]:
-        """Store what is new; `owed`: the edge's posts, owed in the same transaction (their ids are returned)."""
+        """Store what is new, the results it carries delivered with it; `owed`: the edge's posts, owed in the same
+        transaction (their ids are returned)."""
         ids = await conversation.save(self._store, answered=answered, owed=owed or [])
         if conversation.late:
-            await self._registry.mark_delivered(list(conversation.late.values()))
+            self._registry.delivered(conversation.late.values())
             conversation.late.clear()
         return ids
 
@@ -457,7 +469,8 @@ class _Conversation:
     persisted: int
     inbox_ids: list[int] = field(default_factory=list)
     late: dict[str, ToolCall] = field(default_factory=dict)
-    """Background results whose notes are in the messages not stored yet (delivered once they are)."""
+    """Calls whose results (a batch's, or background results' notes) are in the messages not stored yet: delivered
+    by the save that stores them."""
     owes: bool = False
     """The turn answers inbox rows: a shutdown leaves them owed for the next start."""
     estimate: SizeEstimate = field(default_factory=SizeEstimate)
@@ -474,6 +487,7 @@ class _Conversation:
             turn_id=self.turn_id,
             answered=answered,
             owed=owed,
+            delivered=list(self.late),
         )
         self.persisted = len(self.messages)
         self.inbox_ids = []

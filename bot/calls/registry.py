@@ -516,6 +516,12 @@ class CallRegistry:
         return True
 
     async def mark_delivered(self, calls: Iterable[ToolCall]) -> None:
+        if ids := self.delivered(calls):
+            await self._store.mark_delivered(ids)
+
+    def delivered(self, calls: Iterable[ToolCall]) -> list[str]:
+        """Mark these calls delivered in memory, for a write that records it in the store (the save of the
+        messages carrying their results, `mark_delivered`); returns their ids."""
         ids = []
         for call in calls:
             call.delivered = True
@@ -523,8 +529,7 @@ class CallRegistry:
             if (live := self._calls.get(call.id)) is not None:
                 live.delivered = True
             ids.append(call.id)
-        if ids:
-            await self._store.mark_delivered(ids)
+        return ids
 
     def slots_full(self, session_key: str, kind: ToolKind) -> bool:
         """Whether a new call of this kind and session would wait for a slot (a `pending` call may just be

@@ -41,6 +41,12 @@ WHERE id = ? AND status = ? AND status NOT IN {_OPEN}
 """
 
 
+async def mark_delivered(db: Db, call_ids: Sequence[str]) -> None:
+    """Inside the caller's transaction (`CallQueries.mark_delivered`, the save that stores the results)."""
+    sql = f"UPDATE tool_calls SET delivered = 1 WHERE id = ? AND status NOT IN {_OPEN}"
+    await db.executemany(sql, [(call_id,) for call_id in call_ids])
+
+
 class CallQueries(Queries):
     """Tool calls in the store. A final row keeps its outcome: the SQL guards it, not only the caller."""
 
@@ -53,9 +59,10 @@ class CallQueries(Queries):
 
         Each open row saved records this store's replica (None with SQLite): the one running the call."""
         rows = [call_to_row(call) for call in calls]
-        touches = [
+        touches = [  # only a final copy can touch a final row: an open one's touch would match nothing
             (int(call.delivered), row[_PROGRESS], call.id, call.status.value)
             for call, row in zip(calls, rows, strict=True)
+            if call.is_final
         ]
 
         async def body(db: Db) -> None:
@@ -127,10 +134,7 @@ class CallQueries(Queries):
             return
 
         async def body(db: Db) -> None:
-            await db.executemany(
-                f"UPDATE tool_calls SET delivered = 1 WHERE id = ? AND status NOT IN {_OPEN}",
-                [(call_id,) for call_id in call_ids],
-            )
+            await mark_delivered(db, call_ids)
 
         await self._transact(body)
 

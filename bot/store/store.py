@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from bot.clock import utcnow
-from bot.store.calls import CallQueries
+from bot.store.calls import CallQueries, mark_delivered
 from bot.store.db import Db, Row, executing, fetching
 from bot.store.feedback import FeedbackQueries
 from bot.store.forgetting import ForgetQueries
@@ -139,16 +139,14 @@ class Store(
         await self._transact(body)
 
     async def next_turn(self, key: str) -> int:
-        """Count a new turn and return its number (1, 2, …); atomic, so concurrent turns never share one."""
+        """Count a new turn and return its number (1, 2, …), creating the session (no address) if missing.
 
-        async def body(db: Db) -> list[Row]:
-            return await db.fetch(
-                "UPDATE sessions SET turn_count = turn_count + 1 WHERE key = ? RETURNING turn_count", key
-            )
-
-        rows = await self._transact(body)
-        if not rows:
-            raise KeyError(f"no session {key!r}")
+        One statement, so a turn's start is one commit, and atomic: concurrent turns never share a number."""
+        sql = (
+            "INSERT INTO sessions (key, created_at, address, turn_count) VALUES (?, ?, '{}', 1)"
+            " ON CONFLICT(key) DO UPDATE SET turn_count = sessions.turn_count + 1 RETURNING turn_count"
+        )
+        rows = await self._transact(fetching(sql, key, ts(utcnow())))
         return int(rows[0][0])
 
     async def add_alias(self, alias: str, key: str) -> None:
@@ -222,6 +220,7 @@ class Store(
         turn_id: str | None = None,
         answered: bool = False,
         owed: Sequence[OwedPost] = (),
+        delivered: Sequence[str] = (),
     ) -> list[int]:
         """Append in order, all or nothing; KeyError if the session is unknown.
 
@@ -229,8 +228,9 @@ class Store(
         `turn_id` in the same transaction. `answered` closes the turn: the session's stored rows are answered.
         `owed` are posts the edge has yet to deliver (the answer, a notice): owed in the outbox in the same
         transaction, so a message is never answered in the store and unsaid in Slack. Returns their ids.
+        `delivered` names the calls whose results these messages carry: delivered in the same transaction.
         """
-        if not messages and not inbox_ids and not answered and not owed:
+        if not messages and not inbox_ids and not answered and not owed and not delivered:
             return []
         if inbox_ids and turn_id is None:
             raise ValueError("inbox rows are stored by a turn: pass its turn_id")
@@ -247,6 +247,8 @@ class Store(
                 await mark_stored(db, inbox_ids, turn_id)
             if answered:
                 await mark_answered(db, key)
+            if delivered:
+                await mark_delivered(db, delivered)
             return await owe_posts(db, owed, self.replica)
 
         return await self._transact(body)
